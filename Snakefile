@@ -1,0 +1,64 @@
+# ft-membench workflow: matrix -> one isolated benchmark per cell -> table -> report.
+#
+#   snakemake --cores 1 all                               # the default matrix
+#   snakemake --cores 1 all --config matrix=my.yaml       # another matrix
+#
+# Cells come from bench.matrix (the same loader pytest uses); a bad matrix stops here,
+# before anything runs. Each cell's rule reruns only when its spec changes (params).
+import json
+import sys
+
+from bench.matrix import DEFAULT_MATRIX, load
+
+MATRIX = config.get("matrix", str(DEFAULT_MATRIX))
+CELLS = load(MATRIX)
+PY = sys.executable  # the interpreter snakemake runs in, wherever PATH points
+
+
+def spec_of(wildcards):
+    return json.dumps(CELLS[wildcards.cell], sort_keys=True)
+
+
+wildcard_constraints:
+    cell="[a-z0-9.+_-]+",
+
+
+rule all:
+    input:
+        "results/report.html",
+
+
+rule cell:
+    output:
+        "results/cells/{cell}.json",
+    log:
+        "results/logs/{cell}.log",
+    params:
+        spec=spec_of,
+    resources:
+        gpu=0,
+    shell:
+        "{PY} -m bench.cellrule --matrix {MATRIX} --cell {wildcards.cell} --out {output}"
+        " --worker-logs results/logs > {log} 2>&1"
+
+
+rule table:
+    input:
+        expand("results/cells/{cell}.json", cell=CELLS),
+    output:
+        "results/table.csv",
+    log:
+        "results/logs/table.log",
+    shell:
+        "{PY} -m report.table {input} --out {output} > {log} 2>&1"
+
+
+rule report:
+    input:
+        "results/table.csv",
+    output:
+        "results/report.html",
+    log:
+        "results/logs/report.log",
+    shell:
+        "{PY} -m report.build {input} --out {output} > {log} 2>&1"

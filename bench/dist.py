@@ -1,0 +1,150 @@
+"""Sharding techniques: a real DeepSpeed engine (ZeRO-1/2/3, optimizer/parameter offload) or
+PyTorch FSDP2, around the model and a torch optimizer.
+
+Rank layout comes from the environment (torchrun sets it; a single process gets rank 0 of
+1 on 127.0.0.1). The backend is gloo on CPU and NCCL on CUDA; traffic stays on loopback.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+import torch
+
+
+def ensure_rank_env() -> None:
+    """World size 1 without torchrun: rank 0 of 1, rendezvous on a free loopback port."""
+    if "RANK" in os.environ:
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1",
+                      LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+
+
+# "auto" bucket sizes are filled from the model's hidden size the way the transformers
+# DeepSpeed integration does; fixed defaults (5e8 elements) would add gigabytes of buffers
+# to a small model and swamp what is measured.
+AUTO = {
+    "reduce_bucket_size": lambda h: h * h,
+    "allgather_bucket_size": lambda h: h * h,
+    "stage3_prefetch_bucket_size": lambda h: int(0.9 * h * h),
+    "stage3_param_persistence_threshold": lambda h: 10 * h,
+}
+
+
+def deepspeed_config(spec: dict, micro_batch: int, hidden_size: int) -> dict:
+    knobs = spec["knobs"]
+    with open(spec["ds_config"]) as fh:
+        cfg = json.load(fh)
+    zero = cfg.setdefault("zero_optimization", {})
+    for key, fill in AUTO.items():
+        if zero.get(key) == "auto":
+            zero[key] = fill(hidden_size)
+    cfg["train_micro_batch_size_per_gpu"] = micro_batch
+    cfg["gradient_accumulation_steps"] = knobs["accum"]
+    cfg["zero_allow_untested_optimizer"] = True
+    cfg["zero_force_ds_cpu_optimizer"] = False  # we hand DeepSpeed a torch optimizer, offload or not
+    if knobs["precision"] == "bf16":
+        cfg["bf16"] = {"enabled": True}  # DeepSpeed keeps fp32 master weights in its optimizer
+    cfg.setdefault("steps_per_print", 10**9)
+    return cfg
+
+
+def wrap_deepspeed(spec: dict, model, optimizer, micro_batch: int):
+    """(engine, optimizer): DeepSpeed's engine and its ZeRO optimizer wrapping ours."""
+    import deepspeed
+    ensure_rank_env()
+    engine, ds_opt, _, _ = deepspeed.initialize(
+        model=model, optimizer=optimizer,
+        config=deepspeed_config(spec, micro_batch, model.config.hidden_size),
+        dist_init_required=True)
+    return engine, ds_opt
+
+
+def wrap_fsdp(model, device):
+    """FSDP2: each decoder layer and then the whole model fully sharded."""
+    from torch.distributed.fsdp import fully_shard
+    ensure_rank_env()
+    if not torch.distributed.is_initialized():
+        backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+        torch.distributed.init_process_group(backend)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    for layer in base.model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+    return model
+
+
+# What a ZeRO optimizer's flat buffers hold, by attribute name (DeepSpeed keeps its
+# partitions there, not in the torch optimizer's param_groups between steps).
+ZERO_ROLES = (
+    ("gradients", ("grad",), ("norm",)),
+    ("optimizer", ("fp32",), ()),                              # fp32 master partitions
+    ("parameters", ("fp16", "bf16", "bit16", "lp_param"), ()),  # the model's 16-bit/low-precision partitions
+)
+
+
+def zero_buffers(optimizer, role: str) -> list:
+    """Tensors a DeepSpeed ZeRO optimizer keeps for ``role``; [] for a plain torch optimizer."""
+    if optimizer is None or getattr(optimizer, "optimizer", None) is None:
+        return []
+    out = []
+    for name, value in vars(optimizer).items():
+        for r, include, exclude in ZERO_ROLES:
+            if any(w in name for w in include) and not any(w in name for w in exclude):
+                if r == role:
+                    out += _tensors_in(value)
+                break
+    return out
+
+
+def parameter_tensors(model, optimizer=None) -> list:
+    """Every tensor that holds the model's weights: the parameters, DeepSpeed's ZeRO
+    partitions, FSDP2's local shards, and bitsandbytes quantization state."""
+    out = zero_buffers(optimizer, "parameters")
+    for p in model.parameters():
+        out.append(p.data)
+        for attr in ("ds_tensor",):
+            if isinstance(getattr(p, attr, None), torch.Tensor):
+                out.append(getattr(p, attr))
+        local = getattr(p, "_local_tensor", None)
+        if isinstance(local, torch.Tensor):
+            out.append(local)
+        qs = getattr(p, "quant_state", None)
+        if qs is not None:
+            out.extend(_quant_state_tensors(qs))
+    out.extend(model.buffers())  # rotary tables and the like: part of the model's weights
+    return out
+
+
+def _quant_state_tensors(qs) -> list:
+    out = [getattr(qs, a, None) for a in ("absmax", "code")]
+    nested = getattr(qs, "state2", None)
+    if nested is not None:
+        out += _quant_state_tensors(nested)
+    return [t for t in out if isinstance(t, torch.Tensor)]
+
+
+def gradient_tensors(model, optimizer) -> list:
+    """Gradients wherever they live: ``.grad`` of model and optimizer parameters, and the
+    flat gradient partitions a ZeRO optimizer keeps."""
+    out = [p.grad for p in model.parameters() if p.grad is not None]
+    inner = getattr(optimizer, "optimizer", optimizer)
+    for group in inner.param_groups:
+        out += [p.grad for p in group["params"] if p.grad is not None]
+    return out + zero_buffers(optimizer, "gradients")
+
+
+def _tensors_in(value, depth: int = 0) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if depth > 2:
+        return []
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors_in(v, depth + 1)]
+    return []

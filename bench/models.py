@@ -1,0 +1,109 @@
+"""Build the model a cell trains: architecture config from matrix/, weights random or loaded
+from a local checkpoint, then precision, adapters and checkpointing as the knobs say.
+
+No hub access: configs are files in matrix/models/; checkpoints are made locally from the
+random-init model (``checkpoint_dir``) and cached, so ``from_pretrained`` paths (QLoRA's
+4-bit load, ``low_cpu_mem_usage``) run for real.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+import transformers
+
+ATTN = {"sdpa": "sdpa", "eager": "eager", "fa2": "flash_attention_2"}
+CACHE = Path(os.environ.get("FT_MEMBENCH_CACHE", Path(__file__).resolve().parent.parent / "results" / "cache"))
+
+
+def load_config(path: str, attn: str) -> transformers.PretrainedConfig:
+    raw = {k: v for k, v in json.loads(Path(path).read_text()).items() if not k.startswith("_")}
+    config = transformers.AutoConfig.for_model(**raw)
+    config._attn_implementation = ATTN[attn]
+    config.use_cache = False
+    return config
+
+
+def param_dtype(knobs: dict) -> torch.dtype:
+    """Weights' dtype: bf16 only for pure bf16; autocast keeps fp32 master weights."""
+    return torch.bfloat16 if knobs["precision"] == "bf16" else torch.float32
+
+
+def random_init(config, knobs: dict, device) -> torch.nn.Module:
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=param_dtype(knobs))
+    return model
+
+
+def checkpoint_dir(spec: dict, config) -> Path:
+    """A local fp32 checkpoint of the model's random init, saved once and reused."""
+    path = CACHE / "checkpoints" / f"{spec['model']}-seed{spec['seed']}"
+    if (path / "config.json").is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    torch.manual_seed(spec["seed"])
+    transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(tmp)
+    try:
+        tmp.rename(path)
+    except OSError:  # another worker finished first: theirs is the same bytes
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def from_checkpoint(spec: dict, config, knobs: dict, device, **extra) -> torch.nn.Module:
+    kwargs = dict(dtype=param_dtype(knobs), attn_implementation=config._attn_implementation, **extra)
+    if knobs["load"] == "checkpoint-low-cpu-mem-usage":
+        kwargs["low_cpu_mem_usage"] = True
+    if "quantization_config" not in kwargs:
+        kwargs["device_map"] = {"": str(device)}
+    return transformers.AutoModelForCausalLM.from_pretrained(checkpoint_dir(spec, config), **kwargs)
+
+
+def qlora_base(spec: dict, config, device) -> torch.nn.Module:
+    """NF4 base weights with double quantization (bitsandbytes), bf16 compute: the QLoRA recipe."""
+    qconfig = transformers.BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.bfloat16)
+    model = from_checkpoint(spec, config, {**spec["knobs"], "load": "checkpoint"}, device,
+                            quantization_config=qconfig, device_map={"": str(device)})
+    import peft
+    # checkpointing is enabled by build() like every other cell, non-reentrant
+    return peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+
+
+def add_lora(model, options: dict):
+    import peft
+    opts = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], **options}
+    config = peft.LoraConfig(r=opts["r"], lora_alpha=opts["alpha"], lora_dropout=opts["dropout"],
+                             target_modules=opts["target_modules"], task_type="CAUSAL_LM")
+    return peft.get_peft_model(model, config)
+
+
+def enable_checkpointing(model) -> None:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    enable = getattr(base, "activation_checkpointing_enable", None) or base.gradient_checkpointing_enable
+    enable({"use_reentrant": False})
+
+
+def build(spec: dict, device) -> torch.nn.Module:
+    """The model for ``spec``, ready to train: weights, precision, adapters, checkpointing."""
+    knobs = spec["knobs"]
+    config = load_config(spec["model_config"], knobs["attn"])
+    torch.manual_seed(spec["seed"])
+    if knobs["adapter"] == "qlora":
+        model = qlora_base(spec, config, device)
+    elif knobs["load"] != "random-init":
+        model = from_checkpoint(spec, config, knobs, device)
+    else:
+        model = random_init(config, knobs, device)
+    if knobs["adapter"] in ("lora", "qlora"):
+        model = add_lora(model, spec["options"].get("lora", {}))
+    if knobs["gc"]:
+        enable_checkpointing(model)
+    model.train()
+    return model

@@ -1,0 +1,37 @@
+"""Optimizers by name. AdamW and SGD take their multi-tensor (foreach) path in every mode,
+as they do by default on CUDA, so cpu, sim and cuda account the same temporaries."""
+from __future__ import annotations
+
+import torch
+
+LR = 1e-5
+
+
+def _bnb(name):
+    import bitsandbytes as bnb
+    return getattr(bnb.optim, name)
+
+
+OPTIMIZERS = {
+    "adamw": lambda ps: torch.optim.AdamW(ps, lr=LR, foreach=True),
+    "sgd": lambda ps: torch.optim.SGD(ps, lr=LR, momentum=0.9, foreach=True),
+    "adafactor": lambda ps: torch.optim.Adafactor(ps, lr=LR, foreach=True),
+    "adamw8bit": lambda ps: _bnb("AdamW8bit")(ps, lr=LR),
+    "paged-adamw8bit": lambda ps: _bnb("PagedAdamW8bit")(ps, lr=LR),
+    "lion8bit": lambda ps: _bnb("Lion8bit")(ps, lr=LR),
+}
+
+
+def make(name: str, model) -> torch.optim.Optimizer:
+    return OPTIMIZERS[name]([p for p in model.parameters() if p.requires_grad])
+
+
+def state_tensors(optimizer) -> list:
+    """Every tensor the optimizer keeps between steps: its state, and master parameters that
+    are not the model's own (DeepSpeed's fp32 partitions, for instance)."""
+    inner = getattr(optimizer, "optimizer", optimizer)  # DeepSpeed wraps a torch optimizer
+    out = [v for st in inner.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+    for group in inner.param_groups:
+        out.extend(group["params"])
+    from bench.dist import zero_buffers
+    return out + zero_buffers(optimizer, "optimizer")

@@ -1,0 +1,210 @@
+"""The catalogue of memory techniques: what each one sets, and what the field says it buys.
+
+Torch-free: the matrix loader validates combinations with it before anything runs, and the
+report reads its metadata. The worker reads the resulting knobs (``knobs()``) and acts on
+them in bench/train.py; no technique is a branch scattered through the worker.
+
+A cell's technique list is composed with ``+`` (``lora+gc+bf16``). Each entry sets knobs;
+two entries setting the same knob is an impossible combination (two precisions, two
+optimizers, fa2 with eager, zero3 with fsdp), and ``RULES`` adds the ones that are not a
+knob clash (qlora with fp32, a world size without a sharding technique).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+ALL_MODES = frozenset({"cpu", "cuda", "sim"})
+
+# The defaults every cell starts from: the baseline is exactly these.
+DEFAULT_KNOBS = {
+    "precision": "fp32",        # fp32 | amp-fp16 | amp-bf16 | bf16 (pure)
+    "gc": False,                # activation (gradient) checkpointing
+    "accum": 1,                 # micro-batches per optimizer step
+    "batch_size": None,         # override of the study's batch size
+    "seq_len": None,            # override of the study's sequence length
+    "optimizer": "adamw",       # adamw | adamw8bit | paged-adamw8bit | adafactor | lion8bit | sgd
+    "adapter": None,            # None | lora | qlora
+    "attn": "sdpa",             # sdpa | eager | fa2
+    "dist": None,               # None | zero1 | zero2 | zero3 | zero2-offload | zero3-offload | fsdp
+    "world_size": 1,
+    "batching": "fixed",        # fixed | padding | packing
+    "alloc_conf": None,         # PYTORCH_CUDA_ALLOC_CONF value
+    "load": "random-init",      # random-init | checkpoint | checkpoint-low-cpu-mem-usage
+}
+
+
+@dataclass(frozen=True)
+class Technique:
+    name: str
+    sets: dict
+    summary: str
+    saves: str = "-"            # the breakdown categories it is expected to shrink
+    expected: str = "-"         # what common advice says it saves, in its own words
+    difficulty: str = "low"     # low | medium | high
+    overhead: str = "-"         # what common advice says it costs
+    modes: frozenset = field(default=ALL_MODES)  # modes in which it can run at all
+    mode_note: str = ""         # why a mode is missing (becomes the skipped record's reason)
+
+
+def _t(name, sets, summary, **kw):
+    return name, Technique(name=name, sets=sets, summary=summary, **kw)
+
+
+CATALOG: dict[str, Technique] = dict([
+    _t("baseline", {}, "fp32 weights, AdamW (torch), SDPA attention, no checkpointing",
+       expected="reference point", difficulty="low", overhead="none"),
+    # precision
+    _t("fp32", {"precision": "fp32"}, "fp32 weights, gradients and optimizer state"),
+    _t("amp-bf16", {"precision": "amp-bf16"}, "bf16 autocast over fp32 master weights",
+       saves="activations", expected="significant (~50% of activations)",
+       overhead="little; faster on tensor-core GPUs"),
+    _t("amp-fp16", {"precision": "amp-fp16"}, "fp16 autocast over fp32 master weights, gradient scaler",
+       saves="activations", expected="significant (~50% of activations)",
+       overhead="loss-scaling bookkeeping"),
+    _t("bf16", {"precision": "bf16"}, "pure bf16 weights, gradients and optimizer state",
+       saves="parameters, gradients, optimizer", expected="~50% of model states",
+       overhead="possible precision loss"),
+    # activations
+    _t("gc", {"gc": True}, "gradient (activation) checkpointing: recompute activations in backward",
+       saves="activations", expected="significant (activations down to ~sqrt of layers)",
+       difficulty="low", overhead="~20-30% slower (one extra forward)"),
+    # optimizers
+    _t("adamw", {"optimizer": "adamw"}, "torch AdamW (two fp32 states per parameter)"),
+    _t("adamw8bit", {"optimizer": "adamw8bit"}, "bitsandbytes 8-bit AdamW (uint8 states)",
+       saves="optimizer", expected="~75% of optimizer state", overhead="negligible"),
+    _t("paged-adamw8bit", {"optimizer": "paged-adamw8bit"},
+       "bitsandbytes paged 8-bit AdamW (states in unified memory, evicted under pressure)",
+       saves="optimizer", expected="~75% of optimizer state, absorbs spikes",
+       overhead="paging traffic under pressure"),
+    _t("adafactor", {"optimizer": "adafactor"}, "Adafactor (factored second moment, no first moment)",
+       saves="optimizer", expected="most of optimizer state", overhead="slower convergence possible"),
+    _t("lion8bit", {"optimizer": "lion8bit"}, "bitsandbytes 8-bit Lion (one uint8 state)",
+       saves="optimizer", expected="~87% of optimizer state vs AdamW", overhead="retuning"),
+    _t("sgd", {"optimizer": "sgd"}, "plain SGD with momentum (one state)",
+       saves="optimizer", expected="50% of optimizer state vs AdamW", overhead="convergence"),
+    # adapters
+    _t("lora", {"adapter": "lora"}, "peft LoRA adapters; base weights frozen",
+       saves="gradients, optimizer", expected="very large (>90% of gradients and optimizer)",
+       difficulty="medium", overhead="small; quality may differ from full fine-tune"),
+    _t("qlora", {"adapter": "qlora", "optimizer": "paged-adamw8bit"},
+       "NF4 base weights (double quantization) + LoRA + paged 8-bit AdamW",
+       saves="parameters, gradients, optimizer", expected="~75% of weights on top of LoRA",
+       difficulty="medium", overhead="dequantization: slower steps"),
+    # attention kernels
+    _t("sdpa", {"attn": "sdpa"}, "torch scaled_dot_product_attention"),
+    _t("eager", {"attn": "eager"}, "eager (materialised) attention",
+       expected="reference for attention memory", overhead="slowest"),
+    _t("fa2", {"attn": "fa2"}, "FlashAttention-2 kernels (flash-attn package)",
+       saves="activations", expected="attention memory linear in sequence length",
+       difficulty="medium", overhead="faster", modes=frozenset({"cuda"}),
+       mode_note="flash-attn kernels exist only for CUDA"),
+    # sharding
+    _t("zero1", {"dist": "zero1"}, "DeepSpeed ZeRO-1: optimizer states partitioned",
+       saves="optimizer", expected="optimizer / N per GPU", difficulty="medium", overhead="communication"),
+    _t("zero2", {"dist": "zero2"}, "DeepSpeed ZeRO-2: + gradients partitioned",
+       saves="gradients, optimizer", expected="(gradients + optimizer) / N per GPU",
+       difficulty="medium", overhead="communication"),
+    _t("zero3", {"dist": "zero3"}, "DeepSpeed ZeRO-3: + parameters partitioned",
+       saves="parameters, gradients, optimizer", expected="all model states / N per GPU",
+       difficulty="medium", overhead="more communication (all-gather per layer)"),
+    _t("zero2-offload", {"dist": "zero2-offload"}, "DeepSpeed ZeRO-2 with optimizer offloaded to CPU",
+       saves="optimizer", expected="optimizer state leaves the GPU", difficulty="medium",
+       overhead="CPU optimizer step and PCIe traffic: much slower"),
+    _t("zero3-offload", {"dist": "zero3-offload"},
+       "DeepSpeed ZeRO-3 with optimizer and parameters offloaded to CPU",
+       saves="parameters, gradients, optimizer", expected="model states leave the GPU",
+       difficulty="high", overhead="much slower"),
+    _t("fsdp", {"dist": "fsdp"}, "PyTorch FSDP2 full shard",
+       saves="parameters, gradients, optimizer", expected="all model states / N per GPU",
+       difficulty="medium", overhead="communication"),
+    # batching
+    _t("padding", {"batching": "padding"}, "variable-length samples padded to the longest in each batch",
+       saves="-", expected="peak climbs in steps as longer batches arrive", overhead="wasted pad compute"),
+    _t("packing", {"batching": "packing"}, "variable-length samples packed into full rows, no pad tokens",
+       saves="activations", expected="steady peak, no pad waste", overhead="none; more tokens per step"),
+    # allocator and loading
+    _t("expandable-segments", {"alloc_conf": "expandable_segments:True"},
+       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", saves="temporaries",
+       expected="less fragmentation (reserved closer to allocated)", modes=frozenset({"cuda"}),
+       mode_note="a CUDA caching-allocator setting: it changes nothing off CUDA"),
+    _t("ckpt-load", {"load": "checkpoint"}, "load weights from a local checkpoint (from_pretrained)"),
+    _t("low-cpu-mem-usage", {"load": "checkpoint-low-cpu-mem-usage"},
+       "from_pretrained(..., low_cpu_mem_usage=True) from a local checkpoint", saves="host memory at load",
+       expected="lower host peak while loading", modes=frozenset({"cpu", "cuda"}),
+       mode_note="a host-memory effect at load time; a simulated step loads nothing"),
+])
+
+# Techniques with a number: ga4 (4 micro-batches), b8 (batch 8), s512 (sequence 512), w2 (2 ranks).
+PATTERNS = {
+    re.compile(r"ga([1-9][0-9]*)"): lambda n: Technique(
+        f"ga{n}", {"accum": n}, f"gradient accumulation over {n} micro-batches of batch/{n}",
+        saves="activations", expected="activations / N at the same effective batch",
+        overhead="less parallelism per step"),
+    re.compile(r"b([1-9][0-9]*)"): lambda n: Technique(
+        f"b{n}", {"batch_size": n}, f"batch size {n}", saves="activations",
+        expected="activations scale with batch", overhead="throughput"),
+    re.compile(r"s([1-9][0-9]*)"): lambda n: Technique(
+        f"s{n}", {"seq_len": n}, f"sequence length {n}", saves="activations",
+        expected="activations scale with sequence length", overhead="shorter context"),
+    re.compile(r"w([1-9][0-9]*)"): lambda n: Technique(
+        f"w{n}", {"world_size": n}, f"{n} processes (ranks)", saves="parameters, gradients, optimizer",
+        expected="sharded states / N per GPU", overhead="communication"),
+}
+
+SHARDED = {"zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "fsdp"}
+
+
+def lookup(name: str) -> Technique:
+    """The technique called ``name``; KeyError with the known names otherwise."""
+    if name in CATALOG:
+        return CATALOG[name]
+    for pattern, make in PATTERNS.items():
+        m = pattern.fullmatch(name)
+        if m:
+            return make(int(m.group(1)))
+    known = ", ".join(sorted(CATALOG)) + ", ga<N>, b<N>, s<N>, w<N>"
+    raise KeyError(f"unknown technique {name!r} (known: {known})")
+
+
+def knobs(names: list[str]) -> dict:
+    """The knobs a combination sets, on top of DEFAULT_KNOBS; ValueError if impossible."""
+    out, owner = dict(DEFAULT_KNOBS), {}
+    for name in names:
+        for knob, value in lookup(name).sets.items():
+            if knob in owner:
+                raise ValueError(f"{owner[knob]} and {name} both set {knob}: pick one")
+            owner[knob], out[knob] = name, value
+    for rule, reason in RULES:
+        if rule(out, names):
+            raise ValueError(reason)
+    return out
+
+
+RULES = [
+    (lambda k, n: k["adapter"] == "qlora" and "fp32" in n,
+     "qlora computes in 16-bit over NF4 weights: it cannot be combined with fp32"),
+    (lambda k, n: k["adapter"] == "qlora" and k["precision"] == "bf16",
+     "qlora already keeps frozen NF4 weights and trains adapters; pure bf16 adapters are not the recipe"),
+    (lambda k, n: k["adapter"] == "qlora" and k["dist"] in SHARDED,
+     "qlora's 4-bit weights cannot be sharded by DeepSpeed ZeRO or FSDP in this harness"),
+    (lambda k, n: k["world_size"] > 1 and k["dist"] not in SHARDED,
+     "a world size above 1 needs a sharding technique (zero1/2/3, zero*-offload or fsdp)"),
+    (lambda k, n: k["dist"] in SHARDED and k["optimizer"] not in ("adamw", "sgd"),
+     "ZeRO and FSDP cells take a torch optimizer (adamw or sgd) in this harness"),
+    (lambda k, n: k["dist"] in SHARDED and k["precision"] == "amp-fp16",
+     "fp16 loss scaling under ZeRO/FSDP uses their own scaler; use amp-bf16 or bf16"),
+    (lambda k, n: k["dist"] == "fsdp" and k["adapter"] is not None,
+     "fsdp with peft adapters is not wired in this harness"),
+    (lambda k, n: k["load"] != "random-init" and k["dist"] is not None,
+     "load-time techniques are measured on a single process"),
+]
+
+
+def mode_skip_reason(names: list[str], mode: str) -> str:
+    """Why a combination cannot run in ``mode`` (becomes a skipped record), or ''."""
+    for name in names:
+        tech = lookup(name)
+        if mode not in tech.modes:
+            return f"{name} does not run in {mode} mode: {tech.mode_note}"
+    return ""

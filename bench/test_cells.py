@@ -1,0 +1,19 @@
+"""One pytest-benchmark benchmark per matrix cell: the cell runs in its own worker process.
+
+The run record goes into ``benchmark.extra_info`` (so ``--benchmark-json`` carries it).
+ok and oom are results; a skipped record skips the test; error and timeout fail it, after
+the record has been saved (pytest-benchmark keeps a benchmark whose target returned).
+"""
+import pytest
+
+from bench import launch, record
+
+
+def test_cell(cell_spec, worker_log, benchmark):
+    rec = benchmark.pedantic(launch.run_cell, args=(cell_spec, worker_log), rounds=1, iterations=1)
+    benchmark.extra_info.update(rec)
+    benchmark.group = cell_spec["study"]
+    if rec["status"] == "skipped":
+        pytest.skip(rec["reason"])
+    assert rec["status"] in ("ok", "oom"), f"{rec['status']}: {rec['reason']}\n{rec['log_tail']}"
+    assert record.problems(rec) == []

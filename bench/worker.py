@@ -1,0 +1,136 @@
+"""Run one cell in this (fresh) process and write its record.
+
+    python -m bench.worker SPEC.json RECORD.json
+
+SPEC.json is one cell spec from bench.matrix. RECORD.json receives the run record
+(bench/record.py), written atomically; the same JSON is the last line of stdout. Failures
+inside the step are data: an out-of-memory error gives status ``oom``, any other exception
+``error`` with its last line. The worker exits 0 whenever it wrote a record.
+
+Environment set here, before torch starts: PYTORCH_CUDA_ALLOC_CONF (expandable-segments),
+and the rank variables for a single-process DeepSpeed/FSDP run.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+
+from bench import record
+
+
+def main(spec_path: str, out_path: str) -> int:
+    started = time.time()
+    spec = json.loads(open(spec_path).read())
+    if spec["knobs"]["alloc_conf"]:
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = spec["knobs"]["alloc_conf"]
+    rec = record.blank(spec)
+    rec["started_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    try:
+        rec.update(run(spec))
+        rec["status"], rec["reason"] = "ok", ""
+    except Skip as exc:
+        rec["status"], rec["reason"] = "skipped", str(exc)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a record
+        rec["status"] = "oom" if is_oom(exc) else "error"
+        rec["reason"] = record.one_line(f"{type(exc).__name__}: {exc}")
+        rec["log_tail"] = traceback.format_exc()[-4000:]
+    rec["versions"] = versions()
+    rec["machine"] = machine(spec)
+    rec["wall_s"] = round(time.time() - started, 3)
+    if rec["status"] != "ok":
+        rec["host_peak_rss_bytes"] = host_rss_or_none()
+    record.write_atomic(out_path, rec)
+    print(json.dumps(rec, sort_keys=True))
+    return 0
+
+
+def run(spec: dict) -> dict:
+    """Measurements for ``spec`` in its mode."""
+    if spec["skip_reason"]:
+        raise Skip(spec["skip_reason"])
+    if spec["knobs"]["attn"] == "fa2":
+        import importlib.util
+        if importlib.util.find_spec("flash_attn") is None:
+            raise Skip("flash-attn is not installed (pip install 'ft-membench[gpu]' on a CUDA machine)")
+    import torch
+    from bench import train
+    from bench.memtrack import MemTracker
+    if spec["mode"] == "cpu":
+        tracker = MemTracker(budget_bytes=spec["gpu_memory_bytes"])
+        return train.train(spec, "cpu", tracker)
+    if spec["mode"] == "cuda":
+        return run_cuda(spec, torch, train, MemTracker)
+    from bench import simulate
+    return simulate.run(spec)
+
+
+def run_cuda(spec, torch, train, MemTracker) -> dict:
+    """Real GPU run: torch.cuda's peak statistics are the measurement; the tracker only
+    splits that peak into categories (allocator rounding and workspaces go to ``other``)."""
+    if not torch.cuda.is_available():
+        raise Skip("cuda mode needs a CUDA device; none is visible")
+    torch.cuda.reset_peak_memory_stats()
+    tracker = MemTracker(rounding=lambda n: -(-n // 512) * 512)
+    out = train.train(spec, "cuda", tracker)
+    peak = torch.cuda.max_memory_allocated()
+    out["breakdown_bytes"]["other"] += peak - out["peak_bytes"]
+    if out["breakdown_bytes"]["other"] < 0:  # tracker counted a storage torch freed earlier
+        out["breakdown_bytes"]["other"] = 0
+        out["details"]["tracker_over_cuda_bytes"] = out["peak_bytes"] - peak
+    out["peak_bytes"] = sum(out["breakdown_bytes"].values()) if peak < out["peak_bytes"] else peak
+    out["reserved_peak_bytes"] = torch.cuda.max_memory_reserved()
+    out["details"]["device_name"] = torch.cuda.get_device_name()
+    return out
+
+
+class Skip(Exception):
+    """The cell cannot run here; the reason becomes a ``skipped`` record."""
+
+
+def is_oom(exc: BaseException) -> bool:
+    try:
+        import torch
+        if isinstance(exc, torch.OutOfMemoryError):
+            return True
+    except ImportError:
+        pass
+    text = str(exc)
+    return isinstance(exc, MemoryError) or "out of memory" in text.lower() or "can't allocate memory" in text
+
+
+def versions() -> dict:
+    from importlib import metadata
+    out = {"python": platform.python_version()}
+    for pkg in ("torch", "transformers", "peft", "bitsandbytes", "deepspeed", "accelerate"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def machine(spec: dict) -> dict:
+    out = {"hostname": platform.node(), "platform": platform.platform(), "processor": platform.machine(),
+           "cpu_count": os.cpu_count()}
+    try:
+        out["memory_bytes"] = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        out["memory_bytes"] = None
+    if spec["mode"] == "cuda" and "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        out["gpu_name"] = torch.cuda.get_device_name() if torch.cuda.is_available() else None
+    return out
+
+
+def host_rss_or_none():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:3]))

@@ -1,0 +1,310 @@
+"""Unit tests of report/: the table, the page and the chart, on small made-up records.
+
+    pytest tests/test_report.py -q
+
+The numbers here are invented to exercise the report; they measure nothing.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # plain `pytest` from the repo root, no installed package
+    sys.path.insert(0, str(ROOT))
+
+from bench import record  # noqa: E402
+from report import GIB, build, plots, table  # noqa: E402
+
+EVIL = "<script>alert(1)</script>"
+
+
+def spec(model, gpu, techniques, mode="cuda", **kw):
+    return {"cell": f"{model}__{gpu}__{'+'.join(techniques)}", "model": model, "gpu": gpu,
+            "techniques": list(techniques), "mode": mode, "world_size": 1, "batch_size": 4,
+            "seq_len": 512, "steps": 3, "warmup_steps": 1,
+            "gpu_memory_bytes": 80 * GIB if mode == "cuda" else None} | kw
+
+
+def ok(sp, gib: dict, tokens_per_s=None, flops=None, with_study=True):
+    """An ok record whose breakdown (in GiB, categories left out are 0) sums to its peak."""
+    rec = record.blank(sp)
+    bd = {c: int(gib.get(c, 0) * GIB) for c in record.CATEGORIES}
+    peak = sum(bd.values())
+    rec.update(status="ok", breakdown_bytes=bd, peak_bytes=peak,
+               phase_peak_bytes={"forward": peak // 2, "backward": peak, "optimizer": peak - 1},
+               step_peak_bytes=[peak, peak, peak], versions={"torch": "2.13.0", "python": "3.12"},
+               machine={"host": "ci-box", "cpu_count": 2})
+    if sp["mode"] != "sim":
+        rec.update(tokens_per_s=tokens_per_s, step_s_median=2048 / tokens_per_s, host_peak_rss_bytes=GIB)
+    else:
+        rec.update(flops_per_step=flops, verdicts={"a100-80g": "fits", "rtx-4090": "oom"})
+    if with_study:
+        rec.update(study="demo", baseline_cell=f"{sp['model']}__{sp['gpu']}__baseline")
+    assert record.problems(rec) == [], record.problems(rec)
+    return rec
+
+
+def failed(sp, status, reason):
+    rec = record.failure(sp, status, reason)
+    rec.update(study="demo", baseline_cell=f"{sp['model']}__{sp['gpu']}__baseline")
+    return rec
+
+
+BASE = {"parameters": 4, "gradients": 4, "optimizer": 8, "activations": 6, "temporaries": 1, "other": 0.5}
+
+
+def demo_records() -> list[dict]:
+    m, g = "llama-3.2-1b", "a100-80g"
+    recs = [
+        ok(spec(m, g, ["baseline"]), BASE, tokens_per_s=1000),
+        ok(spec(m, g, ["lora"]), BASE | {"gradients": 0.05, "optimizer": 0.1, "activations": 5}, tokens_per_s=1100),
+        ok(spec(m, g, ["gc"]), BASE | {"activations": 1}, tokens_per_s=750),
+        ok(spec(m, g, ["lora", "gc", "bf16"]), {"parameters": 2, "gradients": 0.02, "optimizer": 0.05,
+                                                "activations": 0.5, "temporaries": 0.3, "other": 0.2}, tokens_per_s=900),
+        failed(spec(m, g, ["s8192"], seq_len=8192), "oom", "CUDA out of memory. Tried to allocate 2.00 GiB"),
+        ok(spec(m, "h100-80g", ["baseline"]), BASE, tokens_per_s=2000),
+    ]
+    t, c = "tiny-llama", "cpu-24g"
+    recs += [
+        ok(spec(t, c, ["baseline"], mode="cpu"), {"parameters": 0.07, "gradients": 0.07, "optimizer": 0.15,
+                                                   "activations": 0.2, "other": 0.01}, tokens_per_s=1800),
+        ok(spec(t, c, ["adamw8bit"], mode="cpu"), {"parameters": 0.07, "gradients": 0.07, "optimizer": 0.04,
+                                                    "activations": 0.2, "other": 0.01}, tokens_per_s=1700),
+        failed(spec(t, c, ["fa2"], mode="cpu"), "skipped", "fa2 does not run in cpu mode: flash-attn kernels exist only for CUDA"),
+        ok(spec(EVIL, c, ["baseline"], mode="cpu"), {"parameters": 0.01, "activations": 0.01}, tokens_per_s=10),
+    ]
+    s = "qwen2.5-7b"
+    recs += [
+        ok(spec(s, "sim", ["baseline"], mode="sim"), {"parameters": 28.4, "gradients": 28.4, "optimizer": 85.1,
+                                                       "activations": 1.2}, flops=9.0e13),
+        ok(spec(s, "sim", ["lora"], mode="sim"), {"parameters": 28.4, "gradients": 0.1, "optimizer": 0.3,
+                                                   "activations": 1.0}, flops=6.1e13),
+        ok(spec(s, "sim", ["bf16"], mode="sim"), {"parameters": 14.2, "gradients": 14.2, "optimizer": 42.6,
+                                                   "activations": 0.6}),  # no flops: "not measured"
+        failed(spec(s, "sim", ["zero3", "w2"], mode="sim", world_size=2), "error", "RuntimeError: fake tensor mismatch"),
+    ]
+    return recs
+
+
+def bench_json(path: Path, rec: dict, mean: float = 1.5) -> Path:
+    """What pytest-benchmark's --benchmark-json writes, reduced to what report.table reads."""
+    doc = {"machine_info": {"node": "x"}, "benchmarks": [
+        {"name": f"test_cell[{rec['cell']}]", "extra_info": rec, "stats": {"mean": mean, "rounds": 1}}]}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def write_cells(folder: Path, recs) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    return [bench_json(folder / f"cell{i:02d}.json", r, mean=1.0 + i) for i, r in enumerate(recs)]
+
+
+@pytest.fixture(scope="module")
+def frame():
+    return table.to_frame(demo_records())
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The whole pipeline, through both CLIs: cell files -> CSV -> one HTML file."""
+    tmp = tmp_path_factory.mktemp("build")
+    paths = write_cells(tmp / "cells", demo_records())
+    (tmp / "cells" / "zz-broken.json").write_text('{"benchmarks": [')
+    out = tmp / "site"
+    assert table.main([*map(str, paths), str(tmp / "cells" / "zz-broken.json"), "--out", str(out / "table.csv")]) == 0
+    assert build.main([str(out / "table.csv"), "--out", str(out / "report.html")]) == 0
+    return out, (out / "report.html").read_text()
+
+
+# ---- the table ----
+
+def test_flatten_columns(frame):
+    assert list(frame.columns[: len(table.COLUMNS)]) == list(table.COLUMNS)
+    row = frame.set_index("cell").loc["llama-3.2-1b__a100-80g__lora+gc+bf16"]
+    assert row["technique"] == "lora+gc+bf16"
+    assert row["parameters_bytes"] == 2 * GIB and row["gradients_bytes"] == int(0.02 * GIB)
+    assert sum(row[c] for c in table.BREAKDOWN_COLUMNS) == row["peak_bytes"]
+    assert row["backward_peak_bytes"] == row["peak_bytes"]
+    assert row["optimizer_peak_bytes"] == row["peak_bytes"] - 1   # a phase, not the optimizer category
+    assert json.loads(row["step_peak_bytes"]) == [row["peak_bytes"]] * 3
+    assert json.loads(row["versions"]) == {"torch": "2.13.0", "python": "3.12"}
+    assert row["study"] == "demo" and row["baseline_cell"] == "llama-3.2-1b__a100-80g__baseline"
+    assert str(frame["peak_bytes"].dtype) == "Int64"
+    sim = frame.set_index("cell").loc["qwen2.5-7b__sim__baseline"]
+    assert json.loads(sim["verdicts"]) == {"a100-80g": "fits", "rtx-4090": "oom"}
+
+
+def test_csv_round_trip_keeps_blanks_and_text(tmp_path):
+    recs = demo_records()[:5]
+    recs[0]["model"] = "NA"                          # must stay a string, not become NaN
+    paths = write_cells(tmp_path / "cells", recs)
+    out = tmp_path / "out" / "table.csv"
+    assert table.main([*map(str, paths), "--out", str(out)]) == 0
+    assert [p.name for p in out.parent.iterdir()] == ["table.csv"]      # no temp file left
+    back = table.read_table(out)
+    assert back["model"].iloc[0] == "NA"
+    oom = back.set_index("cell").loc["llama-3.2-1b__a100-80g__s8192"]
+    assert oom["status"] == "oom" and pd.isna(oom["peak_bytes"]) and pd.isna(oom["tokens_per_s"])
+    assert oom["reason"].startswith("CUDA out of memory")
+    assert list(back["bench_wall_s"]) == [1.0, 2.0, 3.0, 4.0, 5.0]     # stats.mean kept
+    assert back["peak_bytes"].tolist()[:4] == table.to_frame(recs)["peak_bytes"].tolist()[:4]
+
+
+def test_unreadable_files_give_error_rows(tmp_path):
+    (tmp_path / "garbage.json").write_text("{not json")
+    (tmp_path / "empty.json").write_text(json.dumps({"benchmarks": []}))
+    (tmp_path / "norecord.json").write_text(json.dumps({"benchmarks": [{"name": "x", "stats": {"mean": 1}}]}))
+    good = bench_json(tmp_path / "good.json", demo_records()[0])
+    names = ["garbage.json", "empty.json", "norecord.json", "missing.json", "good.json"]
+    df = table.to_frame(table.load_records([tmp_path / n for n in names]))
+    assert list(df["cell"]) == ["garbage", "empty", "norecord", "missing", demo_records()[0]["cell"]]
+    assert list(df["status"]) == ["error"] * 4 + ["ok"]
+    assert all("unreadable results file" in r for r in df["reason"][:4])
+    assert df["peak_bytes"][:4].isna().all() and good.exists()
+
+
+# ---- the page ----
+
+def test_missing_numbers_are_dashes_never_zero(frame):
+    assert build.fmt_gib(None) == build.fmt_gib(float("nan")) == build.fmt_gib(pd.NA) == "—"
+    assert build.fmt_pct(None) == "—" and build.fmt_gib(0) == "0"
+    by_cell = frame.set_index("cell", drop=False)
+    oom = build.summary_row(by_cell.loc["llama-3.2-1b__a100-80g__s8192"], frame)
+    assert (oom["peak"], oom["saved"], oom["saved_pct"], oom["speed"], oom["measured"]) == ("—",) * 5
+    assert oom["status"] == "oom" and "out of memory" in oom["reason"]
+    sim = build.summary_row(by_cell.loc["qwen2.5-7b__sim__bf16"], frame)
+    assert sim["speed"] == "not measured" and sim["peak"] != "—"
+    sim_err = build.summary_row(by_cell.loc["qwen2.5-7b__sim__zero3+w2"], frame)
+    assert (sim_err["peak"], sim_err["speed"], sim_err["saved"]) == ("—",) * 3
+
+
+def test_no_comparison_with_a_failed_baseline():
+    recs = [failed(spec("m", "g", ["baseline"]), "oom", "CUDA out of memory"),
+            ok(spec("m", "g", ["gc"]), BASE, 800)]
+    df = table.to_frame(recs)
+    base, gc = (build.summary_row(r, df) for _, r in df.iterrows())
+    assert base["peak"] == base["saved"] == base["measured"] == "—" and base["status"] == "oom"
+    assert gc["peak"] == "23.50" and (gc["saved"], gc["saved_pct"], gc["speed"], gc["measured"]) == ("—",) * 4
+
+
+def test_comparison_with_baseline(frame):
+    by_cell = frame.set_index("cell", drop=False)
+    lora = build.summary_row(by_cell.loc["llama-3.2-1b__a100-80g__lora"], frame)
+    assert lora["measured"].startswith("optimizer")          # 8 -> 0.1 GiB shrank most
+    assert lora["saved"] == "12.85" and lora["saved_pct"] == "54.7%"   # 23.5 -> 10.65 GiB
+    assert lora["speed"] == "+10.0%" and lora["saved_tone"] == "better"
+    gc = build.summary_row(by_cell.loc["llama-3.2-1b__a100-80g__gc"], frame)
+    assert gc["measured"].startswith("activations") and gc["speed"] == "\N{MINUS SIGN}25.0%"
+    sim = build.summary_row(by_cell.loc["qwen2.5-7b__sim__lora"], frame)
+    assert sim["speed"] == "\N{MINUS SIGN}32.2%"                # FLOPs per step, not throughput
+    assert build.summary_row(by_cell.loc["llama-3.2-1b__a100-80g__baseline"], frame)["saved"] == "reference"
+
+
+def test_baseline_fallback_without_baseline_cell():
+    recs = [ok(spec("m", "g1", ["baseline"]), BASE, 1000, with_study=False),
+            ok(spec("m", "g2", ["baseline"]), BASE | {"optimizer": 100}, 1000, with_study=False),
+            ok(spec("m", "g1", ["gc"]), BASE | {"activations": 1}, 800, with_study=False)]
+    df = table.to_frame(recs)
+    assert (df["baseline_cell"] == "").all() and (df["study"] == "").all()
+    base = build.baseline_of(df.iloc[2], df)
+    assert base["cell"] == "m__g1__baseline"                   # same gpu, not g2's
+    assert build.summary_row(df.iloc[2], df)["saved"] == "5.00"
+
+
+def test_technique_metadata_joined_per_part():
+    meta = build.technique_meta("lora+gc+bf16")
+    assert meta["saves"] == "gradients, optimizer, activations, parameters"
+    assert "lora: very large" in meta["expected"] and "gc: significant" in meta["expected"]
+    assert meta["difficulty"] == "medium" and "gc: ~20-30% slower" in meta["overhead"]
+    assert build.technique_meta("gc")["expected"].startswith("significant")
+    assert build.technique_meta("nonsense")["difficulty"] == "unknown"
+
+
+def test_script_model_name_is_text(built):
+    _, html = built
+    assert EVIL not in html and "<script" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_modes_are_never_mixed(frame, built):
+    for mode in record.MODES:
+        sec = build.summary_section(frame, mode)
+        cells = [r["cell"] for g in sec["groups"] for r in g["rows"]]
+        assert cells and set(cells) == set(frame.loc[frame["mode"] == mode, "cell"])
+    _, html = built
+    blocks = dict(re.findall(r'<section id="mode-(\w+)">(.*?)</section>', html, re.S))
+    assert list(blocks) == ["cpu", "cuda", "sim"]
+    assert "tiny-llama" in blocks["cpu"] and "tiny-llama" not in blocks["cuda"] + blocks["sim"]
+    assert "qwen2.5-7b" in blocks["sim"] and "qwen2.5-7b" not in blocks["cpu"] + blocks["cuda"]
+    assert "FLOPs/step vs baseline" in blocks["sim"] and "throughput vs baseline" in blocks["cuda"]
+    assert all(b.count("data:image/png;base64,") == 1 for b in blocks.values())  # one chart per mode
+    assert blocks["cuda"].count('class="group"') == 2         # a100 and h100 grouped apart
+
+
+def test_breakdown_is_stacked(frame):
+    long = plots.breakdown_long(frame[frame["mode"] == "cuda"])
+    assert set(long["category"]) == set(record.CATEGORIES)
+    assert "llama-3.2-1b__a100-80g__s8192" not in set(long["cell"])      # no bar for the oom cell
+    per_cell = long.groupby("cell")["gib"].sum()
+    peaks = frame.set_index("cell")["peak_bytes"].astype(float) / GIB
+    assert (per_cell - peaks[per_cell.index]).abs().max() < 1e-9
+    fig = plots.breakdown_figure(long)
+    legend = [t.get_text() for lg in fig.legends for t in lg.get_texts()]
+    assert legend == list(record.CATEGORIES)
+    ax = fig.axes[0]
+    rows = {}
+    for bar in ax.patches:
+        rows.setdefault(round(bar.get_y(), 6), []).append(bar)
+    assert len(rows) == 4                                      # baseline, lora, gc, lora+gc+bf16
+    for bars in rows.values():
+        bars.sort(key=lambda b: b.get_x())
+        assert len(bars) == 6 and bars[0].get_x() == 0
+        for left, right in zip(bars, bars[1:]):               # each segment starts where the last ended
+            assert right.get_x() == pytest.approx(left.get_x() + left.get_width())
+    totals = sorted(round(b[-1].get_x() + b[-1].get_width(), 6) for b in rows.values())
+    a100 = long[long["panel"] == ax.get_title()].groupby("cell")["gib"].sum()
+    assert totals == pytest.approx(sorted(a100))
+
+
+def test_build_writes_one_self_contained_file(built):
+    out, html = built
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "table.csv"]
+    assert html.count("data:image/png;base64,") == 3
+    assert not re.search(r'(src|href)="(https?:)?//', html) and "<link" not in html
+    assert html.count("GiB = 2^30 bytes") == 1
+    assert "zz-broken" in html and "unreadable results file" in html
+    assert "torch" in html and "2.13.0" in html and "ci-box" in html     # footer from the records
+    assert re.search(r"Built \d{4}-\d\d-\d\d \d\d:\d\d UTC from commit <code>\w+</code>", html)
+    assert re.search(r'<td class="num\s*">—</td>', html)       # the oom row's peak
+
+
+def test_report_never_imports_torch():
+    code = ("import sys, report.table, report.build, report.plots; "
+            "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; "
+            "sys.exit(f'imported {bad}' if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr + done.stdout
+
+
+def test_unknown_record_keys_are_kept(tmp_path):
+    rec = demo_records()[0] | {"attempt": 2, "allocator": {"segments": 3}}
+    df = table.to_frame([rec])
+    assert df["attempt"].iloc[0] == 2 and json.loads(df["allocator"].iloc[0]) == {"segments": 3}
+    table.write_csv(df, tmp_path / "t.csv")
+    assert table.read_table(tmp_path / "t.csv")["allocator"].iloc[0] == '{"segments":3}'
+
+
+def test_build_with_nothing_readable(tmp_path):
+    (tmp_path / "bad.json").write_text("")
+    table.main([str(tmp_path / "bad.json"), "--out", str(tmp_path / "t.csv")])
+    html = build.render(table.read_table(tmp_path / "t.csv"), commit="abc1234", built_at="now")
+    assert "Results that could not be read" in html and 'id="mode-' not in html
+    empty = build.render(table.to_frame([]), commit="abc1234", built_at="now")
+    assert "0 cells" in empty
