@@ -26,6 +26,8 @@ wildcard_constraints:
 rule all:
     input:
         "results/report.html",
+        # named too so that a deleted cell JSON is rerun (alone), not silently skipped
+        expand("results/cells/{cell}.json", cell=CELLS),
 
 
 rule cell:

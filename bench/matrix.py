@@ -100,7 +100,9 @@ def _expand(path, doc, study, body, models_dir, gpus):
             raise MatrixError(path, f"{where}.{key}", "not set here nor in defaults")
     shape.setdefault("timeout_s", 900)
     shape.setdefault("seed", 0)
-    options = doc.get("technique_options", {})
+    ctx = {"path": path, "where": where, "mode": mode, "shape": shape, "gpus": gpus, "study_gpus": body["gpus"],
+           "models_dir": models_dir, "options": doc.get("technique_options", {}),
+           "ds_dir": (path.parent / doc.get("deepspeed_dir", "deepspeed")).resolve()}
     for i, model in enumerate(body["models"]):
         if not (models_dir / f"{model}.json").is_file():
             raise MatrixError(path, f"{where}.models[{i}]", f"no model config {models_dir / (model + '.json')}")
@@ -125,7 +127,7 @@ def _expand(path, doc, study, body, models_dir, gpus):
     for model, gpu, (names, knobs) in itertools.product(body["models"], device_axis, combos):
         if any(_excluded(rule, model, gpu, names) for rule in excludes):
             continue
-        yield _spec(study, mode, model, gpu, names, knobs, shape, options, models_dir, gpus, body["gpus"], path, where)
+        yield _spec(ctx, study, model, gpu, names, knobs)
 
 
 def _excluded(rule: dict, model: str, gpu: str, names: list[str]) -> bool:
@@ -133,14 +135,15 @@ def _excluded(rule: dict, model: str, gpu: str, names: list[str]) -> bool:
             and set(rule.get("techniques", "").split("+")) <= set(names) | {""})
 
 
-def _spec(study, mode, model, gpu, names, knobs, shape, options, models_dir, gpus, study_gpus, path, where):
+def _spec(ctx: dict, study: str, model: str, gpu: str, names: list[str], knobs: dict) -> dict:
+    path, where, mode, shape, options = ctx["path"], ctx["where"], ctx["mode"], ctx["shape"], ctx["options"]
     batch = knobs["batch_size"] or shape["batch_size"]
     if batch % knobs["accum"]:
         raise MatrixError(path, f"{where}.techniques", f"{'+'.join(names)}: batch {batch} does not split into {knobs['accum']} micro-batches")
     if shape["warmup_steps"] < 1 or shape["steps"] < 1:
         raise MatrixError(path, f"{where}", "steps and warmup_steps must be at least 1 (the first step allocates the optimizer state)")
-    device = gpus[gpu] if mode != "sim" else None
-    ds = path.parent / "deepspeed" / f"{knobs['dist']}.json"
+    device = ctx["gpus"][gpu] if mode != "sim" else None
+    ds = ctx["ds_dir"] / f"{knobs['dist']}.json"
     if (knobs["dist"] or "").startswith("zero") and not ds.is_file():
         raise MatrixError(path, f"{where}.techniques", f"{'+'.join(names)}: no DeepSpeed config {ds}")
     return {
@@ -148,13 +151,13 @@ def _spec(study, mode, model, gpu, names, knobs, shape, options, models_dir, gpu
         "study": study,
         "baseline_cell": cell_id(model, gpu, ["baseline"]),
         "model": model,
-        "model_config": str(models_dir / f"{model}.json"),
+        "model_config": str(ctx["models_dir"] / f"{model}.json"),
         "gpu": gpu,
         "gpu_memory_bytes": device["memory_bytes"] if device else None,
         "mode": mode,
         "techniques": names,
         "knobs": knobs,
-        "options": {n: options[n] for n in names if n in options} | ({"lora": options["lora"]} if knobs["adapter"] and "lora" in options else {}),
+        "options": {"lora": options.get("lora", {})} if knobs["adapter"] else {},
         "world_size": knobs["world_size"],
         "batch_size": batch,
         "seq_len": knobs["seq_len"] or shape["seq_len"],
@@ -162,7 +165,7 @@ def _spec(study, mode, model, gpu, names, knobs, shape, options, models_dir, gpu
         "warmup_steps": shape["warmup_steps"],
         "timeout_s": shape["timeout_s"] * knobs["world_size"],
         "seed": shape["seed"],
-        "ds_config": str(path.parent / "deepspeed" / f"{knobs['dist']}.json") if (knobs["dist"] or "").startswith("zero") else None,
-        "verdict_gpus": {g: gpus[g] for g in study_gpus} if mode == "sim" else {},
+        "ds_config": str(ds) if (knobs["dist"] or "").startswith("zero") else None,
+        "verdict_gpus": {g: ctx["gpus"][g] for g in ctx["study_gpus"]} if mode == "sim" else {},
         "skip_reason": tech.mode_skip_reason(names, mode),
     }

@@ -1,0 +1,98 @@
+"""Failures are data: each failure kind, forced for real through a real worker process,
+gives a record with a status and a reason, and a row in the table."""
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import launch, matrix, record
+from report import table
+from tests.conftest import MATRIX_DIR
+
+pytestmark = pytest.mark.slow
+
+
+def _one(path, cell):
+    return matrix.load(path)[cell]
+
+
+def test_a_cell_that_raises_is_an_error_record_with_the_last_line(tmp_path, matrix_file):
+    models = tmp_path / "models"
+    models.mkdir()
+    broken = json.loads((MATRIX_DIR / "models" / "tiny-llama.json").read_text())
+    broken["intermediate_size"] = -1  # torch refuses a negative dimension while building
+    (models / "broken.json").write_text(json.dumps(broken))
+    spec = _one(matrix_file({"s": {"mode": "cpu", "models": ["broken"], "gpus": ["cpu"], "techniques": ["baseline"]}},
+                            models_dir=str(models)), "broken__cpu__baseline")
+    rec = launch.run_cell(spec, tmp_path / "w.log")
+    assert rec["status"] == "error"
+    assert "negative dimension" in rec["reason"]
+    assert "Traceback" in rec["log_tail"]
+    assert record.problems(rec) == []
+
+
+def test_over_the_device_capacity_is_an_oom_record(tmp_path, matrix_file):
+    small = {"cpu-64m": {"kind": "cpu", "memory_bytes": 64 << 20}}
+    spec = _one(matrix_file({"s": {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu-64m"],
+                                   "techniques": ["baseline"]}}, gpus=small), "tiny-llama__cpu-64m__baseline")
+    rec = launch.run_cell(spec, tmp_path / "w.log")
+    assert rec["status"] == "oom", rec["reason"]
+    assert str(64 << 20) in rec["reason"]
+    assert record.problems(rec) == []
+
+
+def test_a_cell_over_its_time_limit_is_a_timeout_record(tmp_path, matrix_file):
+    spec = _one(matrix_file({"s": {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": ["baseline"],
+                                   "timeout_s": 1}}), "tiny-llama__cpu__baseline")
+    started = time.monotonic()
+    rec = launch.run_cell(spec, tmp_path / "w.log")
+    assert time.monotonic() - started < 30
+    assert rec["status"] == "timeout" and "limit of 1 s" in rec["reason"]
+    assert record.problems(rec) == []
+
+
+def _worker_pids(marker: str):
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"bench.worker" in cmd and any(marker.encode() in part for part in cmd):
+            yield int(proc.name)
+
+
+def test_a_killed_worker_is_an_error_record_with_its_log_tail(tmp_path, matrix_file):
+    spec = _one(matrix_file({"s": {"mode": "cpu", "models": ["tiny-qwen2"], "gpus": ["cpu"], "techniques": ["gc"]}}),
+                "tiny-qwen2__cpu__gc")
+    result = {}
+    runner = threading.Thread(target=lambda: result.update(launch.run_cell(spec, tmp_path / "w.log")))
+    runner.start()
+    deadline = time.monotonic() + 60
+    while not (pids := list(_worker_pids("tiny-qwen2__cpu__gc"))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pids, "worker never started"
+    time.sleep(1.0)  # let it print something first
+    os.kill(pids[0], signal.SIGKILL)
+    runner.join(60)
+    assert result["status"] == "error"
+    assert "killed by SIGKILL" in result["reason"]
+    assert record.problems(result) == []
+
+
+def test_every_failure_kind_is_a_row(tmp_path):
+    spec = {"cell": "m__cpu__gc", "model": "m", "gpu": "cpu", "techniques": ["gc"], "mode": "cpu", "world_size": 1,
+            "batch_size": 1, "seq_len": 8, "steps": 1, "warmup_steps": 1, "gpu_memory_bytes": 1}
+    paths = []
+    for status in ("oom", "error", "timeout", "skipped"):
+        rec = record.failure(dict(spec, cell=f"m__cpu__{status}"), status, f"because {status}")
+        path = tmp_path / f"m__cpu__{status}.json"
+        record.write_atomic(path, {"benchmarks": [{"name": "x", "extra_info": rec}]})
+        paths.append(path)
+    frame = table.to_frame(table.load_records(paths))
+    assert sorted(frame["status"]) == ["error", "oom", "skipped", "timeout"]
+    assert frame["reason"].str.startswith("because").all()

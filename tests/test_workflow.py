@@ -1,0 +1,72 @@
+"""The Snakemake workflow end to end on a two-cell matrix in a temporary directory: it
+builds the table and report, a rerun does nothing, a deleted cell reruns alone, and a bad
+matrix stops it before anything runs."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--cores", "1"]
+STUDY = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": ["gc"]}
+
+
+def snakemake(workdir: Path, matrix: Path, *args):
+    cmd = [*SNAKEMAKE, *args, "--directory", str(workdir), "--config", f"matrix={matrix}"]
+    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+
+
+def jobs(dry_run_output: str) -> dict:
+    """{rule: count} from the job table of a `snakemake -n` run."""
+    counts, in_table = {}, False
+    for line in dry_run_output.splitlines():
+        parts = line.split()
+        if parts[:2] == ["job", "count"]:
+            in_table = True
+        elif in_table and len(parts) == 2 and parts[1].isdigit():
+            if parts[0] == "total":
+                break
+            counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def test_workflow_end_to_end(tmp_path, matrix_file):
+    matrix = matrix_file({"s": STUDY})
+    work = tmp_path / "work"
+    work.mkdir()
+    run = snakemake(work, matrix, "all")
+    assert run.returncode == 0, run.stderr[-3000:]
+    cells = sorted(p.name for p in (work / "results" / "cells").iterdir())
+    assert cells == ["tiny-llama__cpu__baseline.json", "tiny-llama__cpu__gc.json"]
+    assert (work / "results" / "logs" / "tiny-llama__cpu__gc.log").is_file()
+    frame = pd.read_csv(work / "results" / "table.csv")
+    assert sorted(frame["cell"]) == ["tiny-llama__cpu__baseline", "tiny-llama__cpu__gc"]
+    assert set(frame["status"]) == {"ok"}
+    page = (work / "results" / "report.html").read_text()
+    assert "data:image/png;base64," in page and "tiny-llama" in page
+
+    again = snakemake(work, matrix, "all", "-n")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+    kept = work / "results" / "cells" / "tiny-llama__cpu__baseline.json"
+    before = kept.stat().st_mtime_ns
+    (work / "results" / "cells" / "tiny-llama__cpu__gc.json").unlink()
+    plan = snakemake(work, matrix, "all", "-n")
+    assert jobs(plan.stdout) == {"all": 1, "cell": 1, "report": 1, "table": 1}, plan.stdout
+    rerun = snakemake(work, matrix, "all")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert kept.stat().st_mtime_ns == before, "an unchanged cell was rerun"
+    assert (work / "results" / "cells" / "tiny-llama__cpu__gc.json").is_file()
+
+
+def test_bad_matrix_stops_the_workflow_before_any_run(tmp_path, matrix_file):
+    matrix = matrix_file({"s": dict(STUDY, techniques=["bf16+amp-bf16"])})
+    run = snakemake(tmp_path, matrix, "all")
+    assert run.returncode != 0
+    assert f"{matrix}: studies.s.techniques[0]" in run.stdout + run.stderr
+    assert "both set precision" in run.stdout + run.stderr
+    assert not (tmp_path / "results").exists()
