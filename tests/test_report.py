@@ -20,7 +20,7 @@ if str(ROOT) not in sys.path:  # plain `pytest` from the repo root, no installed
     sys.path.insert(0, str(ROOT))
 
 from bench import record  # noqa: E402
-from report import GIB, build, plots, table  # noqa: E402
+from report import GIB, build, compare, fmt, plots, sections, table  # noqa: E402
 
 EVIL = "<script>alert(1)</script>"
 
@@ -47,6 +47,21 @@ def ok(sp, gib: dict, tokens_per_s=None, flops=None, with_study=True):
         rec.update(flops_per_step=flops, verdicts={"a100-80g": "fits", "rtx-4090": "oom"})
     if with_study:
         rec.update(study="demo", baseline_cell=f"{sp['model']}__{sp['gpu']}__baseline")
+    assert record.problems(rec) == [], record.problems(rec)
+    return rec
+
+
+def made(sp, nbytes: dict, **fields):
+    """An ok record with the breakdown ``nbytes`` (bytes; categories left out are 0) summing to
+    its peak, and any other record fields given; checked against the record contract."""
+    rec = record.blank(sp)
+    bd = {c: int(nbytes.get(c, 0)) for c in record.CATEGORIES}
+    peak = sum(bd.values())
+    rec.update(status="ok", breakdown_bytes=bd, peak_bytes=peak, step_peak_bytes=[peak, peak],
+               versions={"torch": "2.13.0"}, machine={"host": "ci-box"})
+    if sp["mode"] != "sim":
+        rec.update(tokens_per_s=1000.0, step_s_median=2.0, host_peak_rss_bytes=GIB)
+    rec.update(fields)
     assert record.problems(rec) == [], record.problems(rec)
     return rec
 
@@ -173,15 +188,15 @@ def test_unreadable_files_give_error_rows(tmp_path):
 # ---- the page ----
 
 def test_missing_numbers_are_dashes_never_zero(frame):
-    assert build.fmt_gib(None) == build.fmt_gib(float("nan")) == build.fmt_gib(pd.NA) == "—"
-    assert build.fmt_pct(None) == "—" and build.fmt_gib(0) == "0"
+    assert fmt.fmt_gib(None) == fmt.fmt_gib(float("nan")) == fmt.fmt_gib(pd.NA) == "—"
+    assert fmt.fmt_pct(None) == "—" and fmt.fmt_gib(0) == "0"
     by_cell = frame.set_index("cell", drop=False)
-    oom = build.summary_row(by_cell.loc["llama-3.2-1b__a100-80g__s8192"], frame)
+    oom = sections.summary_row(by_cell.loc["llama-3.2-1b__a100-80g__s8192"], frame)
     assert (oom["peak"], oom["saved"], oom["saved_pct"], oom["speed"], oom["measured"]) == ("—",) * 5
     assert oom["status"] == "oom" and "out of memory" in oom["reason"]
-    sim = build.summary_row(by_cell.loc["qwen2.5-7b__sim__bf16"], frame)
+    sim = sections.summary_row(by_cell.loc["qwen2.5-7b__sim__bf16"], frame)
     assert sim["speed"] == "not measured" and sim["peak"] != "—"
-    sim_err = build.summary_row(by_cell.loc["qwen2.5-7b__sim__zero3+w2"], frame)
+    sim_err = sections.summary_row(by_cell.loc["qwen2.5-7b__sim__zero3+w2"], frame)
     assert (sim_err["peak"], sim_err["speed"], sim_err["saved"]) == ("—",) * 3
 
 
@@ -189,22 +204,22 @@ def test_no_comparison_with_a_failed_baseline():
     recs = [failed(spec("m", "g", ["baseline"]), "oom", "CUDA out of memory"),
             ok(spec("m", "g", ["gc"]), BASE, 800)]
     df = table.to_frame(recs)
-    base, gc = (build.summary_row(r, df) for _, r in df.iterrows())
+    base, gc = (sections.summary_row(r, df) for _, r in df.iterrows())
     assert base["peak"] == base["saved"] == base["measured"] == "—" and base["status"] == "oom"
     assert gc["peak"] == "23.50" and (gc["saved"], gc["saved_pct"], gc["speed"], gc["measured"]) == ("—",) * 4
 
 
 def test_comparison_with_baseline(frame):
     by_cell = frame.set_index("cell", drop=False)
-    lora = build.summary_row(by_cell.loc["llama-3.2-1b__a100-80g__lora"], frame)
+    lora = sections.summary_row(by_cell.loc["llama-3.2-1b__a100-80g__lora"], frame)
     assert lora["measured"].startswith("optimizer")          # 8 -> 0.1 GiB shrank most
     assert lora["saved"] == "12.85" and lora["saved_pct"] == "54.7%"   # 23.5 -> 10.65 GiB
     assert lora["speed"] == "+10.0%" and lora["saved_tone"] == "better"
-    gc = build.summary_row(by_cell.loc["llama-3.2-1b__a100-80g__gc"], frame)
+    gc = sections.summary_row(by_cell.loc["llama-3.2-1b__a100-80g__gc"], frame)
     assert gc["measured"].startswith("activations") and gc["speed"] == "\N{MINUS SIGN}25.0%"
-    sim = build.summary_row(by_cell.loc["qwen2.5-7b__sim__lora"], frame)
+    sim = sections.summary_row(by_cell.loc["qwen2.5-7b__sim__lora"], frame)
     assert sim["speed"] == "\N{MINUS SIGN}32.2%"                # FLOPs per step, not throughput
-    assert build.summary_row(by_cell.loc["llama-3.2-1b__a100-80g__baseline"], frame)["saved"] == "reference"
+    assert sections.summary_row(by_cell.loc["llama-3.2-1b__a100-80g__baseline"], frame)["saved"] == "reference"
 
 
 def test_baseline_fallback_without_baseline_cell():
@@ -213,38 +228,44 @@ def test_baseline_fallback_without_baseline_cell():
             ok(spec("m", "g1", ["gc"]), BASE | {"activations": 1}, 800, with_study=False)]
     df = table.to_frame(recs)
     assert (df["baseline_cell"] == "").all() and (df["study"] == "").all()
-    base = build.baseline_of(df.iloc[2], df)
+    base = compare.baseline_of(df.iloc[2], df)
     assert base["cell"] == "m__g1__baseline"                   # same gpu, not g2's
-    assert build.summary_row(df.iloc[2], df)["saved"] == "5.00"
+    assert sections.summary_row(df.iloc[2], df)["saved"] == "5.00"
 
 
 def test_technique_metadata_joined_per_part():
-    meta = build.technique_meta("lora+gc+bf16")
+    meta = compare.technique_meta("lora+gc+bf16")
     assert meta["saves"] == "gradients, optimizer, activations, parameters"
     assert "lora: very large" in meta["expected"] and "gc: significant" in meta["expected"]
     assert meta["difficulty"] == "medium" and "gc: ~20-30% slower" in meta["overhead"]
-    assert build.technique_meta("gc")["expected"].startswith("significant")
-    assert build.technique_meta("nonsense")["difficulty"] == "unknown"
+    assert compare.technique_meta("gc")["expected"].startswith("significant")
+    assert compare.technique_meta("nonsense")["difficulty"] == "unknown"
 
 
 def test_script_model_name_is_text(built):
     _, html = built
-    assert EVIL not in html and "<script" not in html
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert EVIL not in html and "alert(1)</script>" not in html
+    assert html.count("<script") == 1                      # the page's own, inline, at the end
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html   # as text in tables
+    # inside the filters' JSON attributes too: quotes escaped, so the attribute cannot be closed early
+    assert 'data-models="[&#34;&lt;script&gt;alert(1)&lt;/script&gt;&#34;]"' in html
+    assert '<option value="&lt;script&gt;alert(1)&lt;/script&gt;">' in html
 
 
 def test_modes_are_never_mixed(frame, built):
     for mode in record.MODES:
-        sec = build.summary_section(frame, mode)
+        sec = sections.summary_section(frame, mode)
         cells = [r["cell"] for g in sec["groups"] for r in g["rows"]]
         assert cells and set(cells) == set(frame.loc[frame["mode"] == mode, "cell"])
     _, html = built
-    blocks = dict(re.findall(r'<section id="mode-(\w+)">(.*?)</section>', html, re.S))
+    blocks = dict(re.findall(r'<section id="mode-(\w+)"[^>]*>(.*?)</section>', html, re.S))
     assert list(blocks) == ["cpu", "cuda", "sim"]
     assert "tiny-llama" in blocks["cpu"] and "tiny-llama" not in blocks["cuda"] + blocks["sim"]
     assert "qwen2.5-7b" in blocks["sim"] and "qwen2.5-7b" not in blocks["cpu"] + blocks["cuda"]
     assert "FLOPs/step vs baseline" in blocks["sim"] and "throughput vs baseline" in blocks["cuda"]
-    assert all(b.count("data:image/png;base64,") == 1 for b in blocks.values())  # one chart per mode
+    # breakdown, memory vs speed and fits grid in each mode; no s<N> or padding cells here
+    assert all(b.count("data:image/png;base64,") == 3 for b in blocks.values())
+    assert all("No padding/packing cells in this run." in b for b in blocks.values())
     assert blocks["cuda"].count('class="group"') == 2         # a100 and h100 grouped apart
 
 
@@ -276,13 +297,14 @@ def test_breakdown_is_stacked(frame):
 def test_build_writes_one_self_contained_file(built):
     out, html = built
     assert sorted(p.name for p in out.iterdir()) == ["report.html", "table.csv"]
-    assert html.count("data:image/png;base64,") == 3
+    assert html.count("data:image/png;base64,") == 9
     assert not re.search(r'(src|href)="(https?:)?//', html) and "<link" not in html
+    assert not re.search(r"<script[^>]*\bsrc=", html) and "import(" not in html and "fetch(" not in html
     assert html.count("GiB = 2^30 bytes") == 1
     assert "zz-broken" in html and "unreadable results file" in html
     assert "torch" in html and "2.13.0" in html and "ci-box" in html     # footer from the records
     assert re.search(r"Built \d{4}-\d\d-\d\d \d\d:\d\d UTC from commit <code>\w+</code>", html)
-    assert re.search(r'<td class="num\s*">—</td>', html)       # the oom row's peak
+    assert re.search(r'<td class="num" data-sort="">—</td>', html)       # the oom row's peak
 
 
 def test_report_never_imports_torch():

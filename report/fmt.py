@@ -1,0 +1,102 @@
+"""Number formatting and row facts shared by every section of the report. Never imports torch.
+
+Every number on the page passes through ``fmt_gib`` / ``fmt_pct`` / ``fmt_count``, so a value
+that was not measured is always a dash, never a zero. ``provenance`` says how a row's numbers
+were obtained; ``jcol`` reads a JSON column of the long-form table back into Python.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+
+from bench import record
+from report import GIB
+
+DASH = "—"                       # not measured (or not comparable): never shown as 0
+MINUS = "\N{MINUS SIGN}"
+
+
+def missing(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) or v == ""
+
+
+def fmt_gib(nbytes, signed: bool = False) -> str:
+    if missing(nbytes):
+        return DASH
+    gib = float(nbytes) / GIB
+    mag = abs(gib)
+    text = "0" if mag == 0 else "<0.001" if mag < 0.001 else f"{mag:.3f}" if mag < 1 else f"{mag:,.2f}"
+    sign = MINUS if gib < 0 else ("+" if signed and gib > 0 else "")
+    return sign + text
+
+
+def fmt_pct(value, signed: bool = False) -> str:
+    if missing(value):
+        return DASH
+    sign = MINUS if value < 0 else ("+" if signed and value > 0 else "")
+    return f"{sign}{abs(value):.1f}%"
+
+
+def fmt_count(value, unit: str = "") -> str:
+    """1.23e13 -> '12.3 T'; for FLOPs per step and tokens per second."""
+    if missing(value):
+        return DASH
+    value = float(value)
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:,.3g} {prefix}{unit}".rstrip()
+    return f"{value:,.3g} {unit}".rstrip()
+
+
+def change_pct(value, ref):
+    """(value / ref - 1) in percent, or None when either is missing or ref is 0."""
+    if missing(value) or missing(ref) or float(ref) == 0:
+        return None
+    return (float(value) / float(ref) - 1) * 100
+
+
+def tone(value, higher_is_better: bool = True) -> str:
+    """CSS class for a change: 'better', 'worse' or '' (none, or not measured)."""
+    if missing(value) or value == 0:
+        return ""
+    return "better" if (value > 0) == higher_is_better else "worse"
+
+
+def sort_key(value) -> str:
+    """The raw number a sortable table column sorts by ('' sorts last)."""
+    return "" if missing(value) else repr(float(value))
+
+
+def jcol(row, column: str):
+    """A JSON column of a table row (details, verdicts, step_peak_bytes...) as Python; None if blank."""
+    text = row.get(column) if hasattr(row, "get") else None
+    if missing(text):
+        return None
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def details(row) -> dict:
+    doc = jcol(row, "details")
+    return doc if isinstance(doc, dict) else {}
+
+
+def analytic_note(row) -> str:
+    """The record's statement that part of its numbers are worked out, not simulated ('' if none)."""
+    note = details(row).get("zero_partitioning")
+    return note if isinstance(note, str) and note.lower().startswith("analytic") else ""
+
+
+def provenance(row) -> str:
+    """How the row's numbers were obtained: cpu-measured, cuda-measured, simulated, or
+    'simulated + analytic' where the record says its sharding was worked out by formula."""
+    base = row["provenance"] or record.PROVENANCE.get(row["mode"], DASH)
+    return f"{base} + analytic" if analytic_note(row) else base
+
+
+def gib(nbytes) -> float | None:
+    return None if missing(nbytes) else float(nbytes) / GIB

@@ -1,0 +1,82 @@
+"""Peak memory against speed, one panel per model, with the Pareto frontier marked.
+
+Measured modes (cpu, cuda) plot throughput (tokens/s, higher is better); sim plots FLOPs per
+step (lower is better), since a simulated step is not timed. A cell is on the frontier when no
+other cell of its panel is at least as good on both axes and better on one.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from report import GIB
+from report.compare import SHAPE, parts
+from report.plots import drawing, grid, with_panel
+
+FRONT, OTHER = "#d55e00", "#7f8c9a"
+
+
+def axis_of(mode: str) -> dict:
+    """What the x axis is in ``mode``: column, label, scale to apply, and which way is better."""
+    if mode == "sim":
+        return {"column": "flops_per_step", "label": "TFLOP per step (fewer is better)",
+                "scale": 1e-12, "maximize": False}
+    return {"column": "tokens_per_s", "label": "tokens/s (more is better)", "scale": 1.0, "maximize": True}
+
+
+def frontier(x: pd.Series, y: pd.Series, maximize_x: bool) -> pd.Series:
+    """True where the point (x, y) is not dominated; y (memory) is always minimised."""
+    xs = x if maximize_x else -x
+    flags = []
+    for i in x.index:
+        dominated = ((xs >= xs[i]) & (y <= y[i]) & ((xs > xs[i]) | (y < y[i]))).any()
+        flags.append(not dominated)
+    return pd.Series(flags, index=x.index, dtype=bool)
+
+
+def pareto_long(df: pd.DataFrame) -> pd.DataFrame:
+    """One row per ok cell of ONE mode with a peak and a speed: panel, technique, x, peak_gib, frontier.
+    Cells of another workload (b<N>, s<N>) are left out: their speed is not comparable."""
+    cols = ["cell", "mode", "model", "gpu", "technique", "x", "peak_gib", "frontier", "panel"]
+    if not len(df):
+        return pd.DataFrame(columns=cols)
+    axis = axis_of(df["mode"].iloc[0])
+    ok = df[(df["status"] == "ok") & df["peak_bytes"].notna() & df[axis["column"]].notna()]
+    ok = ok[~ok["technique"].map(lambda t: any(SHAPE.fullmatch(p) for p in parts(t))).astype(bool)].copy()
+    if not len(ok):
+        return pd.DataFrame(columns=cols)
+    ok["x"] = ok[axis["column"]].astype("float64") * axis["scale"]
+    ok["peak_gib"] = ok["peak_bytes"].astype("float64") / GIB
+    ok = with_panel(ok)
+    ok["frontier"] = False
+    for _, g in ok.groupby("panel"):
+        ok.loc[g.index, "frontier"] = frontier(g["x"], g["peak_gib"], axis["maximize"])
+    return ok[cols].reset_index(drop=True)
+
+
+def label(names: list[str], most: int = 3) -> str:
+    return ", ".join(names[:most]) + (f" +{len(names) - most} more" if len(names) > most else "")
+
+
+def pareto_figure(long: pd.DataFrame, mode: str) -> Figure:
+    axis = axis_of(mode)
+    panels = sorted(long["panel"].unique())
+    with drawing():
+        fig, axes = grid(len(panels), wrap=2, width=6.0, height=4.2)
+        for ax, panel in zip(axes, panels):
+            g = long[long["panel"] == panel]
+            sns.scatterplot(data=g, x="x", y="peak_gib", hue="frontier", palette={True: FRONT, False: OTHER},
+                            hue_order=[True, False], s=60, legend=False, ax=ax)
+            line = g[g["frontier"]].sort_values("x")
+            ax.plot(line["x"], line["peak_gib"], color=FRONT, lw=1.2, ls="--", zorder=1)
+            for (x, y), same in g.groupby(["x", "peak_gib"]):   # one label per spot, however many cells
+                ax.annotate(label(list(same["technique"])), (x, y), xytext=(4, 3), textcoords="offset points",
+                            fontsize=7, color=FRONT if same["frontier"].any() else "#333333")
+            ax.set(title=panel, xlabel=axis["label"], ylabel="peak memory (GiB)")
+            ax.margins(x=0.15, y=0.12)
+        fig.legend(handles=[Line2D([], [], marker="o", ls="--", color=FRONT, label="Pareto frontier"),
+                            Line2D([], [], marker="o", ls="", color=OTHER, label="dominated")],
+                   loc="outside lower center", ncols=2, frameon=False)
+    return fig

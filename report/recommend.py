@@ -1,0 +1,137 @@
+"""Recommendations, per mode: for each model and GPU, the fastest combination that fits, and the
+cheapest change that makes a non-fitting baseline fit.
+
+What "fits" means:
+- sim: the record's verdict for that GPU is "fits" (not "tight", not "oom").
+- cpu, cuda: the cell ran to the end on that device (status ok); "oom" is an out-of-memory record.
+
+Only combinations that train the same workload compete: cells that change the batch or the
+sequence length (b<N>, s<N>) are left out. "Fastest" compares single-device cells (world size
+1): by FLOPs per step in sim (fewest first; a simulated step is not timed), by measured
+tokens/s in cpu and cuda. "Cheapest change" ranks the fitting combinations by: single device
+before several, then fewest techniques, then lowest difficulty (catalogue), then least
+overhead (fewest FLOPs per step in sim, most tokens/s when measured), then lowest peak.
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from report.compare import SHAPE, difficulty_rank, parts
+from report.fmt import DASH, change_pct, fmt_count, fmt_gib, fmt_pct, jcol, missing, provenance
+
+MEASURED_VERDICT = {"ok": "fits", "oom": "oom"}
+
+
+def candidates(df: pd.DataFrame, mode: str) -> pd.DataFrame:
+    """One row per (cell, gpu) of ``mode`` with a verdict: model, gpu, technique, verdict, peak,
+    speed (FLOPs per step in sim, tokens/s otherwise), world size, provenance."""
+    rows = []
+    for _, r in df[df["mode"] == mode].iterrows():
+        if mode == "sim":
+            verdicts = (jcol(r, "verdicts") or {}) if r["status"] == "ok" else {}
+            pairs = [(g, v) for g, v in verdicts.items() if v in ("fits", "tight", "oom")]
+            speed = r["flops_per_step"]
+        else:
+            pairs = [(r["gpu"], MEASURED_VERDICT[r["status"]])] if r["status"] in MEASURED_VERDICT else []
+            speed = r["tokens_per_s"]
+        for gpu, verdict in pairs:
+            rows.append({"cell": r["cell"], "model": r["model"], "gpu": gpu, "technique": r["technique"],
+                         "verdict": verdict, "peak_bytes": r["peak_bytes"],
+                         "speed": None if missing(speed) else float(speed),
+                         "world_size": 1 if missing(r["world_size"]) else int(r["world_size"]),
+                         "provenance": provenance(r)})
+    cols = ["cell", "model", "gpu", "technique", "verdict", "peak_bytes", "speed", "world_size", "provenance"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _speed_key(c: dict, mode: str) -> float:
+    """Smaller is better: FLOPs in sim, minus tokens/s when measured; unknown sorts last."""
+    if c["speed"] is None:
+        return math.inf
+    return c["speed"] if mode == "sim" else -c["speed"]
+
+
+def _peak_key(c: dict) -> float:
+    return math.inf if missing(c["peak_bytes"]) else float(c["peak_bytes"])
+
+
+def fastest(fit: list[dict], mode: str):
+    single = [c for c in fit if c["world_size"] == 1]
+    return min(single, key=lambda c: (_speed_key(c, mode), _peak_key(c)), default=None)
+
+
+def cheapest_fix(fit: list[dict], mode: str):
+    changes = [c for c in fit if c["technique"] != "baseline"]
+    return min(changes, key=lambda c: (c["world_size"] > 1, len(parts(c["technique"])),
+                                       difficulty_rank(c["technique"]), _speed_key(c, mode), _peak_key(c)),
+               default=None)
+
+
+def recommend(df: pd.DataFrame, mode: str) -> list[dict]:
+    """One dict per (model, gpu): baseline verdict, fastest fitting cell, cheapest fix (dicts of
+    ``candidates`` rows, or None) and what to say when there is none."""
+    cand = candidates(df, mode)
+    other_workload = cand["technique"].map(lambda t: any(SHAPE.fullmatch(p) for p in parts(t))).astype(bool)
+    cand = cand[~other_workload]
+    out = []
+    for (model, gpu), g in cand.groupby(["model", "gpu"], sort=True):
+        recs = g.to_dict("records")
+        base = next((c for c in recs if c["technique"] == "baseline"), None)
+        fit = [c for c in recs if c["verdict"] == "fits"]
+        fix, fix_note = None, ""
+        if base is None:
+            fix_note = "no baseline cell for this model in this run"
+        elif base["verdict"] == "fits":
+            fix_note = "not needed: the baseline fits"
+        else:
+            fix = cheapest_fix(fit, mode)
+            fix_note = "" if fix else "nothing in this run fits"
+        out.append({"model": model, "gpu": gpu, "baseline": base, "fastest": fastest(fit, mode),
+                    "fix": fix, "fix_note": fix_note})
+    return out
+
+
+def _speed_text(c: dict, mode: str) -> str:
+    if c is None:
+        return DASH
+    return f"{fmt_count(c['speed'], 'FLOP')}/step" if mode == "sim" else f"{fmt_count(c['speed'])} tokens/s"
+
+
+def section(df: pd.DataFrame, mode: str):
+    """The recommendations table of one mode (None when the mode has no verdict to go on)."""
+    recs = recommend(df, mode)
+    if not recs:
+        return None
+    rows = []
+    for r in recs:
+        base, best, fix = r["baseline"], r["fastest"], r["fix"]
+        overhead = DASH
+        if fix is not None and base is not None:
+            if mode == "sim":
+                overhead = fmt_pct(change_pct(fix["speed"], base["speed"]), signed=True) + " FLOPs/step"
+            else:   # the baseline did not run to the end: no throughput to compare with
+                overhead = _speed_text(fix, mode)
+        rows.append({
+            "model": r["model"], "gpu": r["gpu"],
+            "baseline": base["verdict"] if base else DASH,
+            "baseline_peak": fmt_gib(base["peak_bytes"]) if base else DASH,
+            "fastest": best["technique"] if best else "nothing fits",
+            "fastest_peak": fmt_gib(best["peak_bytes"]) if best else DASH,
+            "fastest_speed": _speed_text(best, mode),
+            "fix": fix["technique"] if fix else r["fix_note"],
+            "fix_is_note": fix is None,
+            "fix_peak": fmt_gib(fix["peak_bytes"]) if fix else DASH,
+            "fix_overhead": overhead,
+            "provenance": ", ".join(dict.fromkeys(c["provenance"] for c in (base, best, fix) if c)) or DASH,
+        })
+    speed = "FLOPs per step" if mode == "sim" else "throughput"
+    fits = "its simulated verdict is \"fits\"" if mode == "sim" else "it ran to the end on that device"
+    return {"kind": "recommend", "title": "Recommendations", "speed_header": speed, "rows": rows,
+            "note": f"A combination fits a GPU when {fits}. Fastest: the single-device combination with "
+                    + ("the fewest FLOPs per step (a simulated step is not timed)" if mode == "sim"
+                       else "the highest measured tokens/s")
+                    + ". Cheapest change (only where the baseline does not fit): single device first, then "
+                      "fewest techniques, lowest difficulty, least overhead, lowest peak. Cells that change "
+                      "the batch or sequence length (b<N>, s<N>) train a different workload and are left out."}

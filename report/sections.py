@@ -1,0 +1,222 @@
+"""The sections of the report. Each function takes the long-form table (and a mode, for the
+sections drawn once per mode) and returns a dict whose ``kind`` names the template macro that
+draws it, or None to draw nothing. Rows carry ``models`` / ``gpus`` / ``mode`` for the page's
+filters.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from report import plot_fits, plot_pareto, plot_steps, plots
+from report.compare import baseline_of, main_saving, technique_meta
+from report.fmt import (DASH, analytic_note, change_pct, details, fmt_gib, fmt_pct, jcol, missing,
+                        provenance, sort_key, tone)
+from report.plot_fits import VERDICTS
+
+
+# ---- summary: technique | main saving target | saving effect | difficulty | extra overhead ----
+
+def verdict_text(row) -> str:
+    """'fits: a100-80gb, h100-80gb · oom: t4' from a sim record's verdicts."""
+    verdicts = jcol(row, "verdicts") or {}
+    said = [f"{v}: {', '.join(g for g, x in verdicts.items() if x == v)}" for v in VERDICTS if v in verdicts.values()]
+    return " · ".join(said) or DASH
+
+
+def summary_row(row: pd.Series, df: pd.DataFrame) -> dict:
+    """One line of a summary table: the catalogue's claims next to what this cell measured."""
+    ok = row["status"] == "ok"
+    is_ref = ok and row["technique"] == "baseline"
+    base = baseline_of(row, df)
+    comparable = ok and not is_ref and base is not None and base["status"] == "ok"
+    saved = saved_pct = speed = None
+    if comparable and not (missing(base["peak_bytes"]) or missing(row["peak_bytes"])):
+        saved = int(base["peak_bytes"]) - int(row["peak_bytes"])
+        pct = change_pct(row["peak_bytes"], base["peak_bytes"])
+        saved_pct = None if pct is None else -pct
+    # sim steps are not timed: compare FLOPs per step there (going up is a cost), tokens/s elsewhere.
+    speed_key = "flops_per_step" if row["mode"] == "sim" else "tokens_per_s"
+    if comparable:
+        speed = change_pct(row[speed_key], base[speed_key])
+    if ok and row["mode"] == "sim" and (missing(row[speed_key]) or (speed is None and not is_ref)):
+        speed_text = "not measured"
+    else:
+        speed_text = "reference" if is_ref else fmt_pct(speed, signed=True)
+    meta = technique_meta(row["technique"])
+    verdicts = jcol(row, "verdicts") or {}
+    return {
+        "cell": row["cell"], "technique": row["technique"] or DASH, **meta,
+        "measured": "reference" if is_ref else main_saving(row, base) if comparable else DASH,
+        "peak": fmt_gib(row["peak_bytes"]) if ok else DASH, "peak_sort": sort_key(row["peak_bytes"] if ok else None),
+        "reserved": fmt_gib(row["reserved_peak_bytes"]) if ok else DASH,
+        "saved": "reference" if is_ref else fmt_gib(saved), "saved_sort": sort_key(saved),
+        "saved_pct": "" if is_ref else fmt_pct(saved_pct), "saved_pct_sort": sort_key(saved_pct),
+        "saved_tone": tone(saved),
+        "speed": speed_text, "speed_sort": sort_key(speed),
+        "speed_tone": tone(speed, higher_is_better=row["mode"] != "sim"),
+        "difficulty_sort": str(("low", "medium", "high").index(meta["difficulty"]))
+        if meta["difficulty"] in ("low", "medium", "high") else "",
+        "verdicts": verdict_text(row) if ok else DASH,
+        "status": row["status"] or "error", "reason": row["reason"],
+        "provenance": provenance(row), "analytic": analytic_note(row),
+        "is_baseline": row["technique"] == "baseline",
+        "models": [row["model"]], "gpus": [row["gpu"], *verdicts],
+    }
+
+
+def group_title(rows: pd.DataFrame) -> tuple[str, str]:
+    """('model · gpu', 'batch 4 × seq 512 · device capacity 80.00 GiB') for one group,
+    read from its first row (the baseline, when there is one)."""
+    first = rows.iloc[0]
+    title = first["model"] if first["mode"] == "sim" else f"{first['model']} · {first['gpu']}"
+    facts = []
+    if not missing(first["batch_size"]) and not missing(first["seq_len"]):
+        facts.append(f"batch {first['batch_size']} × seq {first['seq_len']}")
+    if not missing(first["gpu_memory_bytes"]):
+        facts.append(f"device capacity {fmt_gib(first['gpu_memory_bytes'])} GiB")
+    device = details(first).get("device_name")
+    if isinstance(device, str) and device:
+        facts.append(f"device: {device}")
+    return title, " · ".join(facts)
+
+
+def summary_section(df: pd.DataFrame, mode: str):
+    rows = df[df["mode"] == mode]
+    groups = []
+    for (_model, _gpu), g in rows.groupby(["model", "gpu"], sort=True):
+        g = g.sort_values("technique", key=lambda s: s != "baseline", kind="stable")
+        title, facts = group_title(g)
+        groups.append({"title": title, "facts": facts, "model": _model,
+                       "rows": [summary_row(r, df) for _, r in g.iterrows()]})
+    speed = "FLOPs/step vs baseline" if mode == "sim" else "throughput vs baseline"
+    return {"kind": "summary", "title": "Summary", "speed_header": speed, "groups": groups, "mode": mode,
+            "extra_header": {"sim": "simulated verdict per GPU", "cuda": "reserved peak GiB"}.get(mode)}
+
+
+# ---- pictures ----
+
+def chart(df_mode: pd.DataFrame, long: pd.DataFrame, draw, title: str, caption: str, alt: str, empty: str) -> dict:
+    """A chart section: the picture drawn from ``long``, or the note ``empty`` when it has no rows."""
+    cells = set(long["cell"]) if len(long) else set()
+    used = df_mode[df_mode["cell"].isin(cells)]
+    section = {"kind": "chart", "title": title, "caption": caption, "alt": alt, "image": None, "empty": empty,
+               "provenance": ", ".join(dict.fromkeys(provenance(r) for _, r in used.iterrows())) or DASH}
+    if len(long):
+        section["image"] = plots.data_uri(plots.png(draw(long)))
+    return section
+
+
+def breakdown_section(df: pd.DataFrame, mode: str):
+    rows = df[df["mode"] == mode]
+    return chart(rows, plots.breakdown_long(rows), plots.breakdown_figure, "Peak memory by category",
+                 "Peak GiB per technique, the six breakdown categories stacked; one panel per model. "
+                 "Cells that did not finish have no bar.",
+                 f"stacked bar chart of peak memory per technique, {mode} mode",
+                 "No cell of this mode finished with a memory breakdown: nothing to draw.")
+
+
+def pareto_section(df: pd.DataFrame, mode: str):
+    rows = df[df["mode"] == mode]
+    axis = plot_pareto.axis_of(mode)
+    return chart(rows, plot_pareto.pareto_long(rows), lambda long: plot_pareto.pareto_figure(long, mode),
+                 "Peak memory against " + ("FLOPs per step" if mode == "sim" else "throughput"),
+                 f"Each point a cell: peak GiB against {axis['label']}; one panel per model. Orange points "
+                 "are on the Pareto frontier: no other cell of the panel is both lighter and "
+                 + ("cheaper in FLOPs (a simulated step is not timed, so FLOPs stand in for time)."
+                    if mode == "sim" else "faster."),
+                 f"scatter plot of peak memory against {axis['label']} with the Pareto frontier, {mode} mode",
+                 "No cell of this mode has both a peak and a " + ("FLOP count." if mode == "sim" else "throughput."))
+
+
+def fits_section(df: pd.DataFrame, mode: str):
+    rows = df[df["mode"] == mode]
+    source = ("the simulated verdict per GPU (rule below)" if mode == "sim" else
+              "what happened on the device the cell ran on: ran to the end = fits, out of memory = oom")
+    return chart(rows, plot_fits.fits_long(rows), plot_fits.fits_figure, "Fits grid",
+                 f"Model × technique × GPU, coloured by {source}; 'no result' where the cell failed "
+                 "for another reason or was skipped; blank where there is no such cell on that GPU.",
+                 f"grid of fits, tight and oom per model, technique and GPU, {mode} mode",
+                 "No cell of this mode has a verdict or a result on a device.")
+
+
+def steps_section(df: pd.DataFrame, mode: str):
+    rows = df[df["mode"] == mode]
+    return chart(rows, plot_steps.steps_long(rows), plot_steps.steps_figure, "Per-step peak: padding against packing",
+                 "The peak of each training step for cells that pad variable-length batches and cells that "
+                 "pack them into full rows; warm-up steps shaded (the first allocates the optimizer state).",
+                 f"line chart of per-step peak memory, padding against packing, {mode} mode",
+                 "No padding/packing cells in this run.")
+
+
+def seqlen_section(df: pd.DataFrame, mode: str):
+    rows = df[df["mode"] == mode]
+    return chart(rows, plot_steps.seqlen_long(rows), plot_steps.seqlen_figure, "Peak memory against sequence length",
+                 "Peak GiB at each sequence length the cells ran at (s<N> techniques), one line per "
+                 "combination of the other techniques; log-2 length axis. Cells without a result have no point.",
+                 f"line chart of peak memory against sequence length, {mode} mode",
+                 "No sequence-length (s<N>) cells in this run.")
+
+
+# ---- how the numbers were obtained; the sim's peers ----
+
+def notes_section(df: pd.DataFrame, mode: str):
+    rows = df[df["mode"] == mode]
+    items = {
+        "cpu": ["cpu-measured: exact live tensor bytes at the step's peak (a TorchDispatchMode counting each "
+                "storage once), classified by category; the device profile's capacity is enforced, so a cell "
+                "beyond it is an oom record. Throughput includes the tracker's per-op overhead in every cell alike."],
+        "cuda": ["cuda-measured: peak = torch.cuda.max_memory_allocated over the step, reserved peak beside it; "
+                 "throughput from the timed steps after warm-up."],
+        "sim": ["simulated: the same training step run under PyTorch fake tensors, counted by the same tracker; "
+                "nothing is allocated. FLOPs per step stand in for time."],
+    }.get(mode, [])
+    rules = {}
+    for _, r in rows.iterrows():
+        d = details(r)
+        if isinstance(d.get("verdict_rule"), str):
+            reserve = d.get("verdict_reserve_bytes")
+            key = d["verdict_rule"] + (f" (reserve {fmt_gib(reserve)} GiB)" if isinstance(reserve, (int, float)) else "")
+            rules[key] = None
+    items += [f"Verdict rule: {rule}" for rule in rules]
+    analytic = {analytic_note(r) for _, r in rows.iterrows()} - {""}
+    items += [f"simulated + analytic: {a}" for a in sorted(analytic)]
+    return {"kind": "notes", "title": "How these numbers were obtained", "lines": items} if items else None
+
+
+def _difference(peer: dict) -> str:
+    diff = peer.get("difference")
+    if isinstance(diff, str) and diff:
+        return diff
+    theirs, ours = peer.get("bytes"), peer.get("ours_bytes")
+    if isinstance(diff, (int, float)) and not isinstance(diff, bool):
+        return f"{fmt_gib(diff, signed=True)} GiB"
+    if isinstance(theirs, (int, float)) and isinstance(ours, (int, float)):
+        return f"{fmt_gib(ours - theirs, signed=True)} GiB ({fmt_pct(change_pct(ours, theirs), signed=True)})"
+    return DASH
+
+
+def peers_section(df: pd.DataFrame, mode: str):
+    if mode != "sim":
+        return None
+    rows = []
+    for _, r in df[(df["mode"] == mode) & (df["status"] == "ok")].iterrows():
+        for peer in details(r).get("peers") or []:
+            if isinstance(peer, dict):
+                rows.append({"model": r["model"], "technique": r["technique"], "cell": r["cell"],
+                             "source": str(peer.get("source", DASH)), "what": str(peer.get("what", DASH)),
+                             "theirs": fmt_gib(peer.get("bytes") if isinstance(peer.get("bytes"), (int, float)) else None),
+                             "ours": fmt_gib(peer.get("ours_bytes") if isinstance(peer.get("ours_bytes"), (int, float)) else None),
+                             "difference": _difference(peer), "models": [r["model"]], "gpus": [r["gpu"]]})
+    return {"kind": "peers", "title": "Peer estimates", "rows": rows,
+            "note": "Ours (simulated) beside the estimators of DeepSpeed and accelerate (analytic formulas over "
+                    "parameter counts), for the quantity each of them estimates; the difference says what one "
+                    "counts that the other does not."}
+
+
+def unreadable_section(df: pd.DataFrame):
+    rows = df[df["mode"] == ""]
+    if not len(rows):
+        return None
+    return {"kind": "failures", "title": "Results that could not be read",
+            "rows": [{"cell": r["cell"], "status": r["status"], "reason": r["reason"]} for _, r in rows.iterrows()]}
+

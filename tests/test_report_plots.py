@@ -1,0 +1,124 @@
+"""The report's pictures (report/plot_*.py) and their sections, on made-up records.
+
+    pytest tests/test_report_plots.py -q
+
+Each picture is checked on its long-form frame (what it draws) and on the drawn figure, and
+for its note when the run has no cells for it.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from report import GIB, plot_fits, plot_pareto, plot_steps, sections, table
+from test_report import failed, spec
+from test_report_claims import BASE, cpu, cpu_records, sim_records
+
+
+@pytest.fixture(scope="module")
+def df():
+    seq = [cpu(["s512"], BASE | {"activations": 40_000_000 * 10}, seq_len=512),
+           cpu(["s1024"], BASE | {"activations": 80_000_000 * 10}, seq_len=1024),
+           cpu(["gc", "s1024"], BASE | {"activations": 20_000_000 * 10}, seq_len=1024),
+           failed(spec("tiny-llama", "cpu", ["s2048"], mode="cpu", seq_len=2048), "oom", "over 24 GiB")]
+    return table.to_frame(cpu_records() + sim_records() + seq)
+
+
+def mode(df, m):
+    return df[df["mode"] == m]
+
+
+def test_frontier():
+    x = pd.Series([1.0, 2.0, 3.0, 2.0, 3.0])
+    y = pd.Series([1.0, 2.0, 3.0, 3.0, 3.0])      # more x costs more y; (2,3) is dominated by (2,2)
+    assert plot_pareto.frontier(x, y, maximize_x=True).tolist() == [True, True, True, False, True]
+    assert plot_pareto.frontier(x, y, maximize_x=False).tolist() == [True, False, False, False, False]
+
+
+def test_pareto_long_and_figure(df):
+    cpu_long = plot_pareto.pareto_long(mode(df, "cpu"))
+    assert cpu_long["x"].notna().all() and set(cpu_long["panel"]) == {"tiny-llama · cpu"}
+    front = set(cpu_long.loc[cpu_long["frontier"], "technique"])
+    # the lightest cell and the fastest cell are always on the frontier
+    assert cpu_long.loc[cpu_long["peak_gib"].idxmin(), "technique"] in front
+    assert cpu_long.loc[cpu_long["x"].idxmax(), "technique"] in front
+    sim_long = plot_pareto.pareto_long(mode(df, "sim"))
+    assert sim_long["x"].max() == pytest.approx(1330.0)          # TFLOP per step, lower is better
+    assert set(sim_long.loc[sim_long["frontier"], "technique"]) == {"qlora"}   # least memory AND FLOPs
+    fig = plot_pareto.pareto_figure(sim_long, "sim")
+    (ax,) = fig.axes
+    assert "TFLOP" in ax.get_xlabel() and {t.get_text() for t in ax.texts} == set(sim_long["technique"])
+
+
+def test_fits_grid(df):
+    long = plot_fits.fits_long(mode(df, "sim"))
+    assert len(long) == 6 * 4 and set(long["verdict"]) == {"fits", "tight", "oom"}
+    assert plot_fits.gpu_order(long)[0] == "h100-80gb"            # the roomiest card first
+    fig = plot_fits.fits_figure(long)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert texts.count("fits") == (long["verdict"] == "fits").sum() and "tight" in texts
+    measured = plot_fits.fits_long(mode(df, "cpu"))
+    assert measured.set_index("technique").loc["s2048", "verdict"] == "oom"
+    assert set(measured["gpu"]) == {"cpu"}
+
+
+def test_steps_padding_against_packing(df):
+    long = plot_steps.steps_long(mode(df, "cpu"))
+    assert set(long["technique"]) == {"padding", "packing"} and len(long) == 10
+    pad = long[long["technique"] == "padding"]
+    assert pad["gib"].tolist() == pytest.approx([x * 10_000_000 / GIB for x in (30, 35, 33, 41, 41)])
+    assert pad["warmup"].tolist() == [True, False, False, False, False]   # spec: warmup_steps 1
+    fig = plot_steps.steps_figure(long)
+    assert len(fig.axes[0].get_lines()) >= 2
+
+
+def test_seq_len_groups(df):
+    long = plot_steps.seqlen_long(mode(df, "cpu"))
+    groups = long.groupby("group")["seq_len"].apply(list).to_dict()
+    # the baseline at the study's length (512) and s512 are one point; the oom s2048 has no point
+    assert groups == {"baseline": [512, 1024], "gc": [512, 1024]}
+    assert "lora" not in set(long["group"])                       # no s<N> cell of lora: not drawn
+    fig = plot_steps.seqlen_figure(long)
+    assert fig.axes[0].get_xscale() == "log"
+
+
+def test_pictures_degrade_to_a_note():
+    only = table.to_frame([cpu(["baseline"], BASE)])
+    for make, note in [(sections.steps_section, "No padding/packing cells in this run."),
+                       (sections.seqlen_section, "No sequence-length (s<N>) cells in this run.")]:
+        s = make(only, "cpu")
+        assert s["image"] is None and s["empty"] == note
+    empty = table.to_frame([failed(spec("m", "sim", ["baseline"], mode="sim"), "error", "boom")])
+    for make in (sections.breakdown_section, sections.pareto_section, sections.fits_section,
+                 sections.steps_section, sections.seqlen_section):
+        assert make(empty, "sim")["image"] is None
+
+
+def test_dollar_names_are_text_not_tex():
+    recs = [cpu(["baseline"], BASE) | {"model": "cost$1$x"}, cpu(["gc"], BASE) | {"model": "cost$1$x"}]
+    long = plot_pareto.pareto_long(table.to_frame(recs))
+    fig = plot_pareto.pareto_figure(long, "cpu")
+    assert fig.axes[0].get_title() == "cost$1$x · cpu"
+    sections.plots.png(fig)                                       # mathtext would have failed or eaten it
+
+
+def test_chart_sections_state_their_provenance(df):
+    s = sections.pareto_section(df, "sim")
+    assert s["image"].startswith("data:image/png;base64,") and s["provenance"] == "simulated, simulated + analytic"
+    assert sections.fits_section(df, "cpu")["provenance"] == "cpu-measured"
+
+
+def test_notes_and_peers(df):
+    notes = sections.notes_section(df, "sim")["lines"]
+    assert any(line.startswith("Verdict rule: fits: peak + reserve") and "reserve 2.00 GiB" in line for line in notes)
+    assert any("analytic: model states / 8 ranks" in line for line in notes)
+    peer = {"source": "deepspeed", "what": "ZeRO-3 model states per GPU", "bytes": 10 * GIB, "ours_bytes": 12 * GIB,
+            "difference": "ours also counts the optimizer step's temporaries"}
+    rec = sim_records()[0]
+    rec["details"]["peers"] = [peer, {"source": "accelerate", "what": "weights + Adam", "bytes": 4 * GIB,
+                                      "ours_bytes": 5 * GIB}]
+    rows = sections.peers_section(table.to_frame([rec]), "sim")["rows"]
+    assert [(r["source"], r["theirs"], r["ours"]) for r in rows] == [("deepspeed", "10.00", "12.00"),
+                                                                     ("accelerate", "4.00", "5.00")]
+    assert rows[0]["difference"].startswith("ours also counts") and rows[1]["difference"] == "+1.00 GiB (+25.0%)"
+    assert sections.peers_section(df, "cpu") is None
