@@ -407,7 +407,7 @@ def evaluate(df: pd.DataFrame) -> list[dict]:
         found = claim.check(df) if len(df) else []
         if not found:
             found = [{"mode": DASH, "provenance": DASH, "verdict": UNMEASURED, "models": [], "cells": [],
-                      "evidence": [], "why": f"no cells for it in this run; measured by: {claim.needs}"}]
+                      "evidence": [], "why": f"no comparable cells in this run; measured by: {claim.needs}"}]
         rows += [{"key": claim.key, "statement": claim.statement, "thresholds": claim.thresholds} | f for f in found]
     return rows
 

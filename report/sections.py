@@ -178,21 +178,30 @@ def notes_section(df: pd.DataFrame, mode: str):
             key = d["verdict_rule"] + (f" (reserve {fmt_gib(reserve)} GiB)" if isinstance(reserve, (int, float)) else "")
             rules[key] = None
     items += [f"Verdict rule: {rule}" for rule in rules]
+    caveats: dict[tuple, int] = {}
+    for _, r in rows.iterrows():
+        for gpu, note in (details(r).get("verdict_notes") or {}).items():
+            caveats[(gpu, str(note))] = caveats.get((gpu, str(note)), 0) + 1
+    items += [f"Verdict caveat for {gpu} ({n} cell{'s' if n > 1 else ''}): {note}" for (gpu, note), n in caveats.items()]
     analytic = {analytic_note(r) for _, r in rows.iterrows()} - {""}
     items += [f"simulated + analytic: {a}" for a in sorted(analytic)]
     return {"kind": "notes", "title": "How these numbers were obtained", "lines": items} if items else None
 
 
-def _difference(peer: dict) -> str:
-    diff = peer.get("difference")
-    if isinstance(diff, str) and diff:
-        return diff
-    theirs, ours = peer.get("bytes"), peer.get("ours_bytes")
-    if isinstance(diff, (int, float)) and not isinstance(diff, bool):
-        return f"{fmt_gib(diff, signed=True)} GiB"
-    if isinstance(theirs, (int, float)) and isinstance(ours, (int, float)):
-        return f"{fmt_gib(ours - theirs, signed=True)} GiB ({fmt_pct(change_pct(ours, theirs), signed=True)})"
-    return DASH
+def _number(v):
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _difference(peer: dict) -> tuple[str, str]:
+    """(ours minus theirs as a number, the record's explanation of the gap or '')."""
+    theirs, ours, diff = _number(peer.get("bytes")), _number(peer.get("ours_bytes")), peer.get("difference")
+    if theirs is not None and ours is not None:
+        gap = f"ours {fmt_gib(ours - theirs, signed=True)} GiB ({fmt_pct(change_pct(ours, theirs), signed=True)})"
+    elif _number(diff) is not None:
+        gap = f"ours {fmt_gib(diff, signed=True)} GiB"
+    else:
+        gap = DASH
+    return gap, diff if isinstance(diff, str) else ""
 
 
 def peers_section(df: pd.DataFrame, mode: str):
@@ -202,11 +211,11 @@ def peers_section(df: pd.DataFrame, mode: str):
     for _, r in df[(df["mode"] == mode) & (df["status"] == "ok")].iterrows():
         for peer in details(r).get("peers") or []:
             if isinstance(peer, dict):
+                gap, why = _difference(peer)
                 rows.append({"model": r["model"], "technique": r["technique"], "cell": r["cell"],
                              "source": str(peer.get("source", DASH)), "what": str(peer.get("what", DASH)),
-                             "theirs": fmt_gib(peer.get("bytes") if isinstance(peer.get("bytes"), (int, float)) else None),
-                             "ours": fmt_gib(peer.get("ours_bytes") if isinstance(peer.get("ours_bytes"), (int, float)) else None),
-                             "difference": _difference(peer), "models": [r["model"]], "gpus": [r["gpu"]]})
+                             "theirs": fmt_gib(_number(peer.get("bytes"))), "ours": fmt_gib(_number(peer.get("ours_bytes"))),
+                             "gap": gap, "why": why, "models": [r["model"]], "gpus": [r["gpu"]]})
     return {"kind": "peers", "title": "Peer estimates", "rows": rows,
             "note": "Ours (simulated) beside the estimators of DeepSpeed and accelerate (analytic formulas over "
                     "parameter counts), for the quantity each of them estimates; the difference says what one "

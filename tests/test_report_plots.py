@@ -117,8 +117,12 @@ def test_notes_and_peers(df):
     rec = sim_records()[0]
     rec["details"]["peers"] = [peer, {"source": "accelerate", "what": "weights + Adam", "bytes": 4 * GIB,
                                       "ours_bytes": 5 * GIB}]
-    rows = sections.peers_section(table.to_frame([rec]), "sim")["rows"]
+    rec["details"]["verdict_notes"] = {"t4": "no bf16 support: verdict optimistic"}
+    frame = table.to_frame([rec])
+    rows = sections.peers_section(frame, "sim")["rows"]
     assert [(r["source"], r["theirs"], r["ours"]) for r in rows] == [("deepspeed", "10.00", "12.00"),
                                                                      ("accelerate", "4.00", "5.00")]
-    assert rows[0]["difference"].startswith("ours also counts") and rows[1]["difference"] == "+1.00 GiB (+25.0%)"
+    assert rows[0]["gap"] == "ours +2.00 GiB (+20.0%)" and rows[0]["why"].startswith("ours also counts")
+    assert rows[1]["gap"] == "ours +1.00 GiB (+25.0%)" and rows[1]["why"] == ""
+    assert "Verdict caveat for t4 (1 cell): no bf16 support: verdict optimistic" in sections.notes_section(frame, "sim")["lines"]
     assert sections.peers_section(df, "cpu") is None
