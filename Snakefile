@@ -9,9 +9,13 @@ import json
 import sys
 
 from bench.matrix import DEFAULT_MATRIX, load
+from bench.resources import CellResources
 
 MATRIX = config.get("matrix", str(DEFAULT_MATRIX))
 CELLS = load(MATRIX)
+# per-cell job resources (GPUs from world size and GPU profile): bench/resources.py;
+# config gpu_models maps GPU profile names to a cluster's GPU types
+RES = CellResources(CELLS, config.get("gpu_models", {}))
 PY = sys.executable  # the interpreter snakemake runs in, wherever PATH points
 
 
@@ -38,7 +42,11 @@ rule cell:
     params:
         spec=spec_of,
     resources:
-        gpu=0,
+        gpu=RES.gpu,
+        gpu_model=RES.gpu_model,
+        cpus_per_task=RES.cpus_per_task,
+        mem_mb=RES.mem_mb,
+        runtime=RES.runtime,
     shell:
         "{PY} -m bench.cellrule --matrix {MATRIX} --cell {wildcards.cell} --out {output}"
         " --worker-logs results/logs > {log} 2>&1"

@@ -24,6 +24,12 @@ def ensure_rank_env() -> None:
                       LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
 
 
+def rank() -> int:
+    """This process's rank: torchrun's RANK, 0 for a single process. Each rank draws its own
+    micro-batches (seed + rank): the spec's batch size is per rank, as in data parallelism."""
+    return int(os.environ.get("RANK", "0"))
+
+
 # "auto" bucket sizes are filled from the model's hidden size the way the transformers
 # DeepSpeed integration does; fixed defaults (5e8 elements) would add gigabytes of buffers
 # to a small model and swamp what is measured.

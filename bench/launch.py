@@ -4,18 +4,24 @@ Torch-free: the parent only writes the spec, starts ``python -m bench.worker`` i
 process group, and blocks on it (no polling loop, no sampler processes). A worker that
 exits without a record, is killed, or outlives ``timeout_s`` still yields a record:
 ``timeout`` or ``error`` with the tail of its log.
+
+A cpu/cuda cell with world size N > 1 runs ``python -m torch.distributed.run --nproc_per_node
+N`` (rendezvous on 127.0.0.1 and a free port) around the same worker; each rank writes its
+own record and bench/ranks.py merges them here, so a rank that dies or hangs still leaves
+the cell a record. sim cells are one process whatever their world size.
 """
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from bench import record
+from bench import ranks, record
 
 ROOT = Path(__file__).resolve().parent.parent
 TAIL_LINES = 40
@@ -37,17 +43,66 @@ def run_cell(spec: dict, log_path: str | os.PathLike | None = None) -> dict:
             try:
                 code = proc.wait(timeout=spec["timeout_s"])
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                return record.failure(spec, "timeout", f"no record after the cell's limit of {spec['timeout_s']} s",
-                                      tail(log))
+                kill_all(proc, spec, out_path)
+                rec = record.failure(spec, "timeout", f"no record after the cell's limit of {spec['timeout_s']} s",
+                                     tail(log))
+                if ranks.multirank(spec):
+                    rec["details"]["ranks"] = [ranks.summary(k, r) for k, r in
+                                               enumerate(ranks.collect(out_path, spec["world_size"]))]
+                return rec
+        if ranks.multirank(spec):
+            kill_all(proc, spec, out_path)  # torchrun has exited; no rank may outlive it
+            return ranks.merge(spec, ranks.collect(out_path, spec["world_size"]), exit_reason(code), tail(log))
         if out_path.is_file():
             return json.loads(out_path.read_text())
         return record.failure(spec, "error", exit_reason(code), tail(log))
 
 
 def worker_command(spec: dict, spec_path: Path, out_path: Path) -> list[str]:
-    return [sys.executable, "-m", "bench.worker", str(spec_path), str(out_path)]
+    """The worker for one process, or torchrun starting ``world_size`` of them on this host."""
+    worker = ["-m", "bench.worker", str(spec_path), str(out_path)]
+    if not ranks.multirank(spec):
+        return [sys.executable, *worker]
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+            "--nproc_per_node", str(spec["world_size"]), "--max_restarts", "0",
+            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *worker]
+
+
+def free_port() -> int:
+    """A loopback port free now (the OS picks it); torchrun's rendezvous binds it next."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kill_all(proc: subprocess.Popen, spec: dict, out_path: Path) -> None:
+    """SIGKILL the worker's process group and, for torchrun, each rank's own session
+    (torchrun starts ranks with start_new_session, out of reach of its group)."""
+    pids = []
+    if ranks.multirank(spec):
+        for k in range(spec["world_size"]):
+            try:
+                pid = int(ranks.pid_path(out_path, k).read_text())
+            except (OSError, ValueError):
+                continue
+            if is_rank_of(pid, out_path):
+                pids.append(pid)
+    for pid in [proc.pid, *pids]:
+        for kill in (os.killpg, os.kill):  # a rank that is not a group leader: the process alone
+            try:
+                kill(pid, signal.SIGKILL)
+                break
+            except (ProcessLookupError, PermissionError):
+                pass
+    proc.wait()
+
+
+def is_rank_of(pid: int, out_path: Path) -> bool:
+    """Whether ``pid`` is still a worker of this cell (never signal a reused pid)."""
+    try:
+        return str(out_path).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def exit_reason(code: int) -> str:

@@ -60,7 +60,8 @@ class MemTracker(TorchDispatchMode):
     # -- counting ---------------------------------------------------------------------
     def track(self, tensor) -> int:
         """Count ``tensor``'s storage if new; return its serial."""
-        storage = tensor.untyped_storage()
+        # a DTensor (FSDP2) holds its local shard; the wrapper's own storage reports the global size
+        storage = getattr(tensor, "_local_tensor", tensor).untyped_storage()
         key = _key(storage)
         entry = self.live.get(key)
         if entry is not None:

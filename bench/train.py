@@ -117,7 +117,7 @@ def train(spec: dict, device, tracker) -> dict:
         vocab = session.model.config.vocab_size
         step_peaks, step_s, tokens = [], [], 0
         for i, batch in enumerate(data.batches(knobs["batching"], spec["batch_size"], spec["seq_len"],
-                                               vocab, total, spec["seed"], device)):
+                                               vocab, total, spec["seed"] + dist.rank(), device)):
             tracker.start_step()
             synchronize(device)
             t0 = time.perf_counter()
@@ -129,6 +129,7 @@ def train(spec: dict, device, tracker) -> dict:
                 step_s.append(dt)
                 tokens += batch["real_tokens"]
         out["details"] = session_details(session)
+        out["details"].update(timed_tokens=tokens, timed_s=sum(step_s))  # ranks' throughput adds up from these
         del session, batch
     out.update(
         peak_bytes=tracker.peak,

@@ -9,6 +9,12 @@ inside the step are data: an out-of-memory error gives status ``oom``, any other
 
 Environment set here, before torch starts: PYTORCH_CUDA_ALLOC_CONF (expandable-segments),
 and the rank variables for a single-process DeepSpeed/FSDP run.
+
+Under torchrun (a cell with world size N > 1, started by bench/launch.py) each rank runs
+this same code on its own micro-batches and writes ``RECORD.json.rank<k>`` (and its pid
+beside it) instead; the launcher merges them (bench/ranks.py). A rank whose record is not
+``ok`` exits 1 so that torchrun stops the others, which would otherwise wait in a
+collective for ever.
 """
 from __future__ import annotations
 
@@ -20,12 +26,16 @@ import sys
 import time
 import traceback
 
-from bench import record
+from bench import ranks, record
 
 
 def main(spec_path: str, out_path: str) -> int:
     started = time.time()
     spec = json.loads(open(spec_path).read())
+    rank = int(os.environ["RANK"]) if ranks.multirank(spec) and "RANK" in os.environ else None
+    if rank is not None:
+        ranks.pid_path(out_path, rank).write_text(str(os.getpid()))
+        out_path = ranks.rank_path(out_path, rank)
     if spec["knobs"]["alloc_conf"]:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = spec["knobs"]["alloc_conf"]
     rec = record.blank(spec)
@@ -39,6 +49,9 @@ def main(spec_path: str, out_path: str) -> int:
         rec["status"] = "oom" if is_oom(exc) else "error"
         rec["reason"] = record.one_line(f"{type(exc).__name__}: {exc}")
         rec["log_tail"] = traceback.format_exc()[-4000:]
+        rec["details"].update(getattr(exc, "details", {}))  # facts gathered before it failed
+    if rank is not None:
+        rec["details"]["rank"] = rank
     rec["versions"] = versions()
     rec["machine"] = machine(spec)
     rec["wall_s"] = round(time.time() - started, 3)
@@ -46,13 +59,16 @@ def main(spec_path: str, out_path: str) -> int:
         rec["host_peak_rss_bytes"] = host_rss_or_none()
     record.write_atomic(out_path, rec)
     print(json.dumps(rec, sort_keys=True))
-    return 0
+    return 1 if rank is not None and rec["status"] != "ok" else 0
 
 
 def run(spec: dict) -> dict:
     """Measurements for ``spec`` in its mode."""
     if spec["skip_reason"]:
         raise Skip(spec["skip_reason"])
+    if ranks.multirank(spec) and os.environ.get("WORLD_SIZE") != str(spec["world_size"]):
+        raise RuntimeError(f"world size {spec['world_size']} needs that many ranks: run the cell through "
+                           "bench.launch (torchrun), not the worker alone")
     if spec["knobs"]["attn"] == "fa2":
         import importlib.util
         if importlib.util.find_spec("flash_attn") is None:
@@ -70,21 +86,36 @@ def run(spec: dict) -> dict:
 
 
 def run_cuda(spec, torch, train, MemTracker) -> dict:
-    """Real GPU run: torch.cuda's peak statistics are the measurement; the tracker only
-    splits that peak into categories (allocator rounding and workspaces go to ``other``)."""
+    """Real GPU run on this rank's device, capped to the cell's GPU profile when the card is
+    bigger: torch.cuda's peak statistics are the measurement; the tracker only splits that
+    peak into categories (allocator rounding and workspaces go to ``other``); an NVML
+    sampler thread watches the card from before the model loads (bench/gpumem.py)."""
     if not torch.cuda.is_available():
         raise Skip("cuda mode needs a CUDA device; none is visible")
-    torch.cuda.reset_peak_memory_stats()
-    tracker = MemTracker(rounding=lambda n: -(-n // 512) * 512)
-    out = train.train(spec, "cuda", tracker)
-    peak = torch.cuda.max_memory_allocated()
+    from bench import gpumem
+    index = int(os.environ.get("LOCAL_RANK", "0"))
+    nvml, note = gpumem.open_nvml(index)
+    facts = gpumem.cap_to_profile(spec, torch, index, nvml)
+    facts["nvml_note"] = note
+    sampler = gpumem.Sampler(nvml.read) if nvml else None
+    if sampler:
+        sampler.start()
+    torch.cuda.reset_peak_memory_stats(index)
+    try:
+        out = train.train(spec, "cuda", MemTracker(rounding=lambda n: -(-n // 512) * 512))
+    except Exception as exc:
+        exc.details = {"cuda": gpumem.finish(torch, index, sampler, facts)}  # kept in the oom/error record
+        raise
+    facts = gpumem.finish(torch, index, sampler, facts)
+    peak = facts["allocated_peak_bytes"]
     out["breakdown_bytes"]["other"] += peak - out["peak_bytes"]
     if out["breakdown_bytes"]["other"] < 0:  # tracker counted a storage torch freed earlier
         out["breakdown_bytes"]["other"] = 0
         out["details"]["tracker_over_cuda_bytes"] = out["peak_bytes"] - peak
     out["peak_bytes"] = sum(out["breakdown_bytes"].values()) if peak < out["peak_bytes"] else peak
-    out["reserved_peak_bytes"] = torch.cuda.max_memory_reserved()
-    out["details"]["device_name"] = torch.cuda.get_device_name()
+    out["reserved_peak_bytes"] = facts["reserved_peak_bytes"]
+    out["details"]["device_name"] = facts["physical_device"]
+    out["details"]["cuda"] = facts
     return out
 
 

@@ -1,0 +1,165 @@
+"""World sizes above 1: torchrun launch, per-rank records merged into one, failures as records.
+
+    pytest tests/test_dist.py -q          # the real runs are marked slow (about 1.5 min)
+
+The merge tests use hand-made rank records (bench/ranks.py is plain Python); the slow tests
+run real ZeRO-3 and FSDP2 cells at world sizes 1 and 2 on CPU (gloo, 127.0.0.1).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import launch, matrix, ranks, record
+
+TINY = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"]}
+
+
+def load(matrix_file, **studies):
+    return matrix.load(matrix_file(studies))
+
+
+# -- launch: what gets started ---------------------------------------------------------------
+def test_torchrun_only_for_multirank_cpu_and_cuda_cells(matrix_file):
+    cells = load(matrix_file, c={**TINY, "techniques": ["zero3", "zero3+w2"]},
+                 s={"mode": "sim", "models": ["tiny-llama"], "gpus": ["h100-80gb"], "techniques": ["zero3+w4"]})
+    spec_p, out_p = Path("spec.json"), Path("rec.json")
+    w2 = launch.worker_command(cells["tiny-llama__cpu__zero3+w2"], spec_p, out_p)
+    assert w2[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert w2[w2.index("--nproc_per_node") + 1] == "2"
+    assert w2[w2.index("--master_addr") + 1] == "127.0.0.1"
+    assert 0 < int(w2[w2.index("--master_port") + 1]) < 65536
+    assert w2[-4:] == ["-m", "bench.worker", "spec.json", "rec.json"]
+    plain = [sys.executable, "-m", "bench.worker", "spec.json", "rec.json"]
+    assert launch.worker_command(cells["tiny-llama__cpu__zero3"], spec_p, out_p) == plain
+    assert launch.worker_command(cells["tiny-llama__sim__zero3+w4"], spec_p, out_p) == plain  # sim: one process
+
+
+def test_launcher_side_stays_torch_free():
+    code = "import sys, bench.launch, bench.ranks, bench.resources; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_worker_alone_refuses_a_world_size_it_was_not_given(matrix_file, tmp_path):
+    spec = load(matrix_file, c={**TINY, "techniques": ["zero3+w2"]})["tiny-llama__cpu__zero3+w2"]
+    spec_p, out_p = tmp_path / "spec.json", tmp_path / "rec.json"
+    spec_p.write_text(json.dumps(spec))
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    subprocess.run([sys.executable, "-m", "bench.worker", str(spec_p), str(out_p)], env=env,
+                   capture_output=True, check=True)
+    rec = json.loads(out_p.read_text())
+    assert rec["status"] == "error" and "bench.launch" in rec["reason"]
+
+
+# -- merge: one record from N ------------------------------------------------------------------
+def rank_record(spec, rank, peak, tokens=100, seconds=2.0, status="ok"):
+    rec = record.blank(spec)
+    third = peak // 3
+    rec.update(status=status, reason="" if status == "ok" else f"{status} here",
+               peak_bytes=peak, step_s_median=seconds / 2, tokens_per_s=tokens / seconds,
+               host_peak_rss_bytes=1000 + rank, load_host_peak_rss_bytes=500, wall_s=10.0 + rank,
+               breakdown_bytes={"parameters": third, "gradients": third, "optimizer": peak - 2 * third,
+                                "activations": 0, "temporaries": 0, "other": 0},
+               details={"rank": rank, "timed_tokens": tokens, "timed_s": seconds})
+    return rec
+
+
+@pytest.fixture
+def w2_spec(matrix_file):
+    return load(matrix_file, c={**TINY, "techniques": ["zero3+w2"]})["tiny-llama__cpu__zero3+w2"]
+
+
+def test_merge_takes_the_largest_rank_and_adds_up_tokens(w2_spec):
+    recs = [rank_record(w2_spec, 0, 900, tokens=100, seconds=2.0),
+            rank_record(w2_spec, 1, 1200, tokens=120, seconds=2.5)]
+    rec = ranks.merge(w2_spec, recs)
+    assert record.problems(rec) == []
+    assert rec["status"] == "ok" and rec["peak_bytes"] == 1200 and rec["details"]["peak_rank"] == 1
+    assert rec["breakdown_bytes"] == recs[1]["breakdown_bytes"]
+    assert rec["tokens_per_s"] == pytest.approx(220 / 2.5)
+    assert rec["step_s_median"] == 1.25 and rec["host_peak_rss_bytes"] == 1001
+    assert [(r["rank"], r["peak_bytes"], r["status"]) for r in rec["details"]["ranks"]] == [(0, 900, "ok"), (1, 1200, "ok")]
+    assert rec["details"]["ranks"][0]["breakdown_bytes"] == recs[0]["breakdown_bytes"]
+
+
+def test_merge_without_timed_tokens_leaves_throughput_unmeasured(w2_spec):
+    recs = [rank_record(w2_spec, k, 900) for k in range(2)]
+    del recs[1]["details"]["timed_tokens"]
+    assert ranks.merge(w2_spec, recs)["tokens_per_s"] is None
+
+
+def test_one_rank_out_of_memory_makes_the_cell_oom(w2_spec):
+    recs = [rank_record(w2_spec, 0, 900, status="error"), rank_record(w2_spec, 1, 900, status="oom")]
+    rec = ranks.merge(w2_spec, recs)
+    assert rec["status"] == "oom" and rec["reason"].startswith("rank 1:")
+    assert [r["status"] for r in rec["details"]["ranks"]] == ["error", "oom"]
+    assert record.problems(rec) == []
+
+
+def test_a_rank_without_record_makes_the_cell_an_error(w2_spec):
+    rec = ranks.merge(w2_spec, [rank_record(w2_spec, 0, 900), None], "worker killed by SIGKILL", "last lines")
+    assert rec["status"] == "error" and "[1]" in rec["reason"] and "SIGKILL" in rec["reason"]
+    assert rec["log_tail"] == "last lines" and rec["details"]["ranks"][1]["status"] is None
+    assert record.problems(rec) == []
+
+
+# -- real runs on CPU ---------------------------------------------------------------------------
+@pytest.mark.slow
+def test_world_size_2_shards_model_states(matrix_file, tmp_path):
+    names = ("zero3", "zero3+w2", "fsdp", "fsdp+w2")
+    cells = load(matrix_file, c={**TINY, "techniques": list(names)})
+    recs = {name: launch.run_cell(cells[f"tiny-llama__cpu__{name}"], tmp_path / f"{name}.log") for name in names}
+    for name, rec in recs.items():
+        assert rec["status"] == "ok", f"{name}: {rec['reason']}\n{rec['log_tail']}"
+        assert record.problems(rec) == []
+    for one, two in (("zero3", "zero3+w2"), ("fsdp", "fsdp+w2")):
+        rec, single = recs[two], recs[one]["breakdown_bytes"]
+        per_rank = rec["details"]["ranks"]
+        assert [r["rank"] for r in per_rank] == [0, 1] and all(r["status"] == "ok" for r in per_rank)
+        assert rec["peak_bytes"] == max(r["peak_bytes"] for r in per_rank) < recs[one]["peak_bytes"]
+        assert rec["tokens_per_s"] == pytest.approx(sum(r["timed_tokens"] for r in per_rank)
+                                                    / max(r["timed_s"] for r in per_rank))
+        for r in per_rank:  # each rank keeps half the optimizer state and gradients of one process
+            assert r["breakdown_bytes"]["optimizer"] == pytest.approx(single["optimizer"] / 2, rel=0.02), two
+            assert r["breakdown_bytes"]["gradients"] == pytest.approx(single["gradients"] / 2, rel=0.05), two
+
+
+@pytest.mark.slow
+def test_ranks_out_of_memory_give_one_oom_record(matrix_file, tmp_path):
+    gpus = {"tiny-cpu": {"kind": "cpu", "memory_bytes": 20_000_000}}  # < the model's 78 MB of fp32 weights
+    cells = matrix.load(matrix_file({"c": {**TINY, "gpus": ["tiny-cpu"], "techniques": ["zero3+w2"]}}, gpus=gpus))
+    rec = launch.run_cell(cells["tiny-llama__tiny-cpu__zero3+w2"], tmp_path / "w.log")
+    assert rec["status"] == "oom", rec["reason"]
+    assert rec["world_size"] == 2 and len(rec["details"]["ranks"]) == 2
+    assert "oom" in [r["status"] for r in rec["details"]["ranks"]]
+    assert record.problems(rec) == []
+
+
+def processes_mentioning(text: str) -> list[int]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and text.encode() in (proc / "cmdline").read_bytes():
+                out.append(int(proc.name))
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.slow
+def test_a_cell_over_its_time_limit_leaves_a_record_and_no_rank_behind(matrix_file, tmp_path):
+    gpus = {"hang-cpu": {"kind": "cpu", "memory_bytes": 2**34}}  # a name only this test's processes carry
+    studies = {"c": {**TINY, "gpus": ["hang-cpu"], "techniques": ["zero3+w2"], "timeout_s": 5}}
+    spec = matrix.load(matrix_file(studies, gpus=gpus))["tiny-llama__hang-cpu__zero3+w2"]
+    assert spec["timeout_s"] == 10  # 5 s x world size 2: ranks are running, the step is not done
+    rec = launch.run_cell(spec, tmp_path / "w.log")
+    assert rec["status"] == "timeout" and "10 s" in rec["reason"]
+    assert len(rec["details"]["ranks"]) == 2
+    assert record.problems(rec) == []
+    assert processes_mentioning("hang-cpu") == []
