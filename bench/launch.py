@@ -51,7 +51,7 @@ def run_cell(spec: dict, log_path: str | os.PathLike | None = None) -> dict:
                                                enumerate(ranks.collect(out_path, spec["world_size"]))]
                 return rec
         if ranks.multirank(spec):
-            kill_all(proc, spec, out_path)  # torchrun has exited; no rank may outlive it
+            kill_ranks(spec, out_path)  # torchrun has exited; no rank may outlive it
             return ranks.merge(spec, ranks.collect(out_path, spec["world_size"]), exit_reason(code), tail(log))
         if out_path.is_file():
             return json.loads(out_path.read_text())
@@ -76,25 +76,33 @@ def free_port() -> int:
 
 
 def kill_all(proc: subprocess.Popen, spec: dict, out_path: Path) -> None:
-    """SIGKILL the worker's process group and, for torchrun, each rank's own session
-    (torchrun starts ranks with start_new_session, out of reach of its group)."""
-    pids = []
-    if ranks.multirank(spec):
-        for k in range(spec["world_size"]):
-            try:
-                pid = int(ranks.pid_path(out_path, k).read_text())
-            except (OSError, ValueError):
-                continue
-            if is_rank_of(pid, out_path):
-                pids.append(pid)
-    for pid in [proc.pid, *pids]:
+    """SIGKILL the worker's process group (torchrun or the worker) and any rank left."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    kill_ranks(spec, out_path)
+    proc.wait()
+
+
+def kill_ranks(spec: dict, out_path: Path) -> None:
+    """SIGKILL each rank still running, by the pid it wrote (torchrun starts ranks with
+    start_new_session, out of reach of its own process group)."""
+    if not ranks.multirank(spec):
+        return
+    for k in range(spec["world_size"]):
+        try:
+            pid = int(ranks.pid_path(out_path, k).read_text())
+        except (OSError, ValueError):
+            continue
+        if not is_rank_of(pid, out_path):
+            continue
         for kill in (os.killpg, os.kill):  # a rank that is not a group leader: the process alone
             try:
                 kill(pid, signal.SIGKILL)
                 break
             except (ProcessLookupError, PermissionError):
                 pass
-    proc.wait()
 
 
 def is_rank_of(pid: int, out_path: Path) -> bool:
