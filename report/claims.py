@@ -75,6 +75,10 @@ def ratio(a, b):
     return None if missing(a) or missing(b) or float(b) == 0 else float(a) / float(b)
 
 
+def lower(fraction: float) -> str:
+    return f"{fraction * 100:.1f}% lower" if fraction >= 0 else f"{-fraction * 100:.1f}% higher"
+
+
 def step(w, wo) -> str:
     return f"{w['model']}: {wo['technique']} → {w['technique']}"
 
@@ -112,8 +116,10 @@ def mixed_precision(df):
             per.append((w["technique"], outcome))
             evidence.append(f"{step(w, wo)}: {'; '.join(said)}")
         if outcomes:
-            why = per_technique(per) + ". Autocast (amp-*) keeps fp32 weights and gradients and casts the " \
-                  "compute; pure bf16 stores them in 16 bits. Gradients count only where live at the peak."
+            why = per_technique(per) + "."
+            if any(t.startswith("amp-") or "+amp-" in t for t, _ in per):
+                why += " Autocast (amp-*) keeps fp32 weights and gradients and casts the compute."
+            why += " Gradients count only where live at the peak."
             out.append(result([p[0] for p in prs], overall(outcomes), evidence, why))
     return out
 
@@ -193,13 +199,13 @@ def low_cpu_mem(df):
             if r is None:
                 continue
             saved.append((1 - r) * 100)
-            evidence.append(f"{step(w, wo)}: host RSS after loading {fmt_gib(wo['load_host_peak_rss_bytes'])} → "
-                            f"{fmt_gib(w['load_host_peak_rss_bytes'])} GiB ({(1 - r) * 100:+.1f}% saved)")
+            evidence.append(f"{step(w, wo)}: host peak RSS after loading {fmt_gib(wo['load_host_peak_rss_bytes'])} → "
+                            f"{fmt_gib(w['load_host_peak_rss_bytes'])} GiB ({lower(1 - r)})")
         if saved:
             med = statistics.median(saved)
             out.append(result([p[0] for p in prs], band(med, (10, 100), (2, 10)), evidence,
-                              f"median saving {med:.1f}% of the worker's peak RSS at load"
-                              " (transformers 5 loads by mmap and accepts low_cpu_mem_usage without acting on it)"))
+                              f"median {lower(med / 100)} than loading the same checkpoint without it "
+                              "(one process each: RSS includes the interpreter and libraries)"))
     return out
 
 

@@ -116,6 +116,8 @@ def test_evidence_and_provenance(df):
     pad = rows[("padding-steps", "cpu")]["evidence"][0]
     assert "running max rose 1×" in pad and "packing" in pad
     assert "4.00 × fp16 weights" in " ".join(rows[("adam-2x", "cpu")]["evidence"])
+    assert rows[("low-cpu-mem-usage", "cpu")]["evidence"][0].endswith("GiB (1.0% lower)")
+    assert "Autocast" in rows[("mixed-precision", "cpu")]["why"] and "Autocast" not in rows[("mixed-precision", "sim")]["why"]
 
 
 def test_absent_claims_say_not_measured_and_what_would_measure_them():
