@@ -310,7 +310,8 @@ def test_build_writes_one_self_contained_file(built):
 
 
 def test_report_never_imports_torch():
-    code = ("import sys, report.table, report.build, report.plots; "
+    code = ("import sys, report.table, report.build, report.plots, report.plot_pareto, report.plot_fits, "
+            "report.plot_steps, report.sections, report.recommend, report.claims; "
             "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; "
             "sys.exit(f'imported {bad}' if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
