@@ -84,6 +84,21 @@ def wrap_fsdp(model, device):
     return model
 
 
+def fsdp_unsharded_tensors(model) -> list:
+    """FSDP2's all-gather outputs and unsharded parameters: a layer's full weights while it
+    runs (freed by resizing their storage to 0 between uses, so marking them once holds)."""
+    out = []
+    for module in model.modules():
+        get_state = getattr(module, "_get_fsdp_state", None)
+        group = get_state()._fsdp_param_group if get_state else None
+        for fsdp_param in (group.fsdp_params if group else []):
+            out += list(getattr(fsdp_param, "all_gather_outputs", []))
+            unsharded = getattr(fsdp_param, "_unsharded_param", None)
+            if unsharded is not None:
+                out.append(unsharded)
+    return out
+
+
 # What a ZeRO optimizer's flat buffers hold, by attribute name (DeepSpeed keeps its
 # partitions there, not in the torch optimizer's param_groups between steps).
 ZERO_ROLES = (
@@ -127,7 +142,7 @@ def parameter_tensors(model, optimizer=None) -> list:
 
 
 def _quant_state_tensors(qs) -> list:
-    out = [getattr(qs, a, None) for a in ("absmax", "code")]
+    out = [getattr(qs, a, None) for a in ("absmax", "code", "offset")]
     nested = getattr(qs, "state2", None)
     if nested is not None:
         out += _quant_state_tensors(nested)

@@ -17,6 +17,11 @@ optimizer state:
 - temporaries: allocated during backward or the optimizer step, none of the above
 - other: everything else alive (inputs, buffers, anything from before the run)
 
+Storages moved off the device (DeepSpeed offload) are counted apart, as host bytes
+(``to_host``, ``host_phases``); storages resized in place (FSDP2 frees and refills its
+all-gather buffers with ``UntypedStorage.resize_``, which no dispatch mode sees) are
+followed by wrapping that method while the tracker is active.
+
 ``rounding`` maps a storage's byte count to what an allocator would hand out (sim mode
 passes the CUDA caching allocator's rounding); the default counts exact bytes.
 """
@@ -26,6 +31,7 @@ import weakref
 from contextlib import contextmanager
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -56,21 +62,79 @@ class MemTracker(TorchDispatchMode):
         self.phase_peak = dict.fromkeys(PHASES, 0)
         self.step_peak = 0
         self.known = {c: set() for c in ("parameters", "gradients", "optimizer")}  # serials
+        self.host: dict[int, tuple] = {}    # storages off the device (offload): same entries as live
+        self.host_total = 0
+        self.host_peak = 0
+        self.host_phases: set = set()       # phases whose new storages are born on the host
+        self._resize_saved = None
+
+    # -- in-place storage resizes -----------------------------------------------------
+    def __enter__(self):
+        if self._resize_saved is None:
+            cls, tracker = torch.UntypedStorage, self
+            self._resize_saved = vars(cls).get("resize_")
+            inherited = cls.resize_
+
+            def resize_(storage, size):
+                out = inherited(storage, size)
+                tracker._resized(storage)
+                return out
+            cls.resize_ = resize_
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        if self._resize_saved is not None or "resize_" in vars(torch.UntypedStorage):
+            if self._resize_saved is None:
+                del torch.UntypedStorage.resize_
+            else:
+                torch.UntypedStorage.resize_ = self._resize_saved
+            self._resize_saved = None
+        return super().__exit__(*exc)
+
+    def _resized(self, storage) -> None:
+        key = _key(storage)
+        table = self.live if key in self.live else self.host if key in self.host else None
+        if table is None:
+            return
+        serial, old, born = table[key]
+        new = self.rounding(storage.nbytes())
+        if table is self.host:
+            self.host_total += new - old
+            self.host_peak = max(self.host_peak, self.host_total)
+        elif new < old:
+            self._snapshot_if_peak()
+            self.total -= old - new
+        else:
+            self._grow(new - old)
+        table[key] = (serial, new, born)
 
     # -- counting ---------------------------------------------------------------------
     def track(self, tensor) -> int:
-        """Count ``tensor``'s storage if new; return its serial."""
+        """Count ``tensor``'s storage if new; return its serial (0: holds no memory)."""
+        if tensor.device.type == "meta" and not isinstance(tensor, FakeTensor):
+            return 0  # a real meta tensor is shape only (DeepSpeed keeps such copies of every param)
         # a DTensor (FSDP2) holds its local shard; the wrapper's own storage reports the global size
         storage = getattr(tensor, "_local_tensor", tensor).untyped_storage()
         key = _key(storage)
         entry = self.live.get(key)
         if entry is not None:
             return entry[0]
+        if key in self.host:
+            return self.host[key][0]
         self.serials += 1
         nbytes = self.rounding(storage.nbytes())
-        self.live[key] = (self.serials, nbytes, self.phase)
-        self.total += nbytes
         weakref.finalize(storage, self._free, key)
+        if self.phase in self.host_phases:
+            self.host[key] = (self.serials, nbytes, self.phase)
+            self.host_total += nbytes
+            self.host_peak = max(self.host_peak, self.host_total)
+            return self.serials
+        self.live[key] = (self.serials, nbytes, self.phase)
+        self._grow(nbytes)
+        return self.serials
+
+    def _grow(self, nbytes: int) -> None:
+        self.total += nbytes
         if self.total > self.peak:
             self.peak = self.total
             self._peak_dirty = True
@@ -81,15 +145,51 @@ class MemTracker(TorchDispatchMode):
             self.phase_peak[self.phase] = self.total
         if self.total > self.step_peak:
             self.step_peak = self.total
-        return self.serials
 
-    def _free(self, key: int) -> None:
+    def _snapshot_if_peak(self) -> None:
         if self._peak_dirty:  # first free after a new high-water mark: the live set is the peak's
             self.peak_live = list(self.live.values())
             self._peak_dirty = False
+
+    def _free(self, key: int) -> None:
+        if key in self.host:
+            self.host_total -= self.host.pop(key)[1]
+            return
+        self._snapshot_if_peak()
         entry = self.live.pop(key, None)
         if entry is not None:
             self.total -= entry[1]
+
+    def to_host(self, tensors) -> None:
+        """Count these tensors' storages as host memory from now on (DeepSpeed offload keeps
+        them in CPU memory; in cpu mode the device and the host are the same RAM)."""
+        for t in tensors:
+            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+                continue
+            key = _key(t.untyped_storage())
+            if key not in self.live:
+                self.track(t)
+            entry = self.live.get(key)
+            if entry is None:
+                continue
+            self._snapshot_if_peak()
+            del self.live[key]
+            self.total -= entry[1]
+            self.host[key] = entry
+            self.host_total += entry[1]
+            self.host_peak = max(self.host_peak, self.host_total)
+
+    def is_host(self, tensor) -> bool:
+        return _key(tensor.untyped_storage()) in self.host
+
+    def reset_peak(self) -> int:
+        """Start the peak afresh from what is live now (the model's build and load stay out of
+        the training peak); returns the peak so far."""
+        before = self.peak
+        self.peak, self._peak_dirty, self.peak_live = self.total, True, []
+        self.phase_peak = dict.fromkeys(PHASES, 0)
+        self.step_peak = self.total
+        return before
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -101,8 +201,8 @@ class MemTracker(TorchDispatchMode):
     # -- what things are --------------------------------------------------------------
     def mark(self, category: str, tensors) -> None:
         """Declare live tensors as parameters / gradients / optimizer state."""
-        for t in tensors:
-            if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() > 0:
+        for t in tensors:  # empty storages too: FSDP2 resizes its gather buffers to 0 between uses
+            if isinstance(t, torch.Tensor):
                 self.known[category].add(self.track(t))
 
     @contextmanager
@@ -124,6 +224,13 @@ class MemTracker(TorchDispatchMode):
         for serial, nbytes, born in entries:
             out[self._category(serial, born)] += nbytes
         return out
+
+    def host_breakdown(self) -> dict[str, int]:
+        """Bytes per category counted on the host now (offloaded storages); zeros omitted."""
+        out = dict.fromkeys(CATEGORIES, 0)
+        for serial, nbytes, born in self.host.values():
+            out[self._category(serial, born)] += nbytes
+        return {k: v for k, v in out.items() if v}
 
     def _category(self, serial: int, born: str) -> str:
         for cat in ("parameters", "gradients", "optimizer"):

@@ -56,21 +56,35 @@ def checkpoint_dir(spec: dict, config) -> Path:
 
 
 def from_checkpoint(spec: dict, config, knobs: dict, device, **extra) -> torch.nn.Module:
-    kwargs = dict(dtype=param_dtype(knobs), attn_implementation=config._attn_implementation, **extra)
-    if knobs["load"] == "checkpoint-low-cpu-mem-usage":
+    """``from_pretrained`` on the local checkpoint. transformers 5.x accepts and silently
+    drops ``low_cpu_mem_usage`` (it always loads lazily); the flag is still passed, so the
+    record's load-phase host RSS shows what it does in the installed version."""
+    kwargs = dict(dtype=param_dtype(knobs), attn_implementation=config._attn_implementation,
+                  device_map={"": str(device)}, **extra)
+    low_cpu = knobs["load"] == "checkpoint-low-cpu-mem-usage"
+    if low_cpu:
         kwargs["low_cpu_mem_usage"] = True
-    if "quantization_config" not in kwargs:
-        kwargs["device_map"] = {"": str(device)}
-    return transformers.AutoModelForCausalLM.from_pretrained(checkpoint_dir(spec, config), **kwargs)
+    path = checkpoint_dir(spec, config)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    model._bench_load_facts = {"loaded_from": "checkpoint", "name_or_path": str(model.name_or_path),
+                               "low_cpu_mem_usage_passed": low_cpu}
+    return model
 
 
 def qlora_base(spec: dict, config, device) -> torch.nn.Module:
-    """NF4 base weights with double quantization (bitsandbytes), bf16 compute: the QLoRA recipe."""
+    """NF4 base weights with double quantization (bitsandbytes), 16-bit compute: the QLoRA
+    recipe. The other weights (embeddings, norms, head) are upcast to fp32 as peft's
+    ``prepare_model_for_kbit_training`` does, except under pure bf16, which keeps them bf16."""
+    knobs = spec["knobs"]
+    compute = torch.float16 if knobs["precision"] == "amp-fp16" else torch.bfloat16
     qconfig = transformers.BitsAndBytesConfig(
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-        bnb_4bit_compute_dtype=torch.bfloat16)
-    model = from_checkpoint(spec, config, {**spec["knobs"], "load": "checkpoint"}, device,
-                            quantization_config=qconfig, device_map={"": str(device)})
+        bnb_4bit_compute_dtype=compute)
+    load = knobs["load"] if knobs["load"] != "random-init" else "checkpoint"
+    model = from_checkpoint(spec, config, {**knobs, "load": load}, device, quantization_config=qconfig)
+    if knobs["precision"] == "bf16":
+        model.requires_grad_(False)  # get_peft_model adds trainable bf16 adapters
+        return model
     import peft
     # checkpointing is enabled by build() like every other cell, non-reentrant
     return peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
@@ -101,6 +115,7 @@ def build(spec: dict, device) -> torch.nn.Module:
         model = from_checkpoint(spec, config, knobs, device)
     else:
         model = random_init(config, knobs, device)
+        model._bench_load_facts = {"loaded_from": "random-init"}
     if knobs["adapter"] in ("lora", "qlora"):
         model = add_lora(model, spec["options"].get("lora", {}))
     if knobs["gc"]:

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from bench import data, dist, models, optimizers
+from bench import data, dist, models, optimizers, proofs, zeromem
 
 AUTOCAST = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
 
@@ -41,6 +41,7 @@ class Session:
         elif knobs["dist"]:
             self.engine, self.optimizer = dist.wrap_deepspeed(
                 spec, self.model, self.optimizer, spec["batch_size"] // self.accum)
+            zeromem.watch(self.engine, tracker)  # offloaded buffers to the host; gathered ZeRO-3 params
         tracker.mark("parameters", dist.parameter_tensors(self.model, self.optimizer))
         dtype = AUTOCAST.get(knobs["precision"])
         self.autocast = (torch.autocast(self.device.type, dtype=dtype) if dtype
@@ -48,6 +49,7 @@ class Session:
         self.scaler = (torch.amp.GradScaler(self.device.type)
                        if knobs["precision"] == "amp-fp16" and not self.engine else None)
         self.compute_dtype = None
+        self.forward_retained = 0  # most bytes a forward left alive for its backward (activations)
         self._probe = self._dtype_probe()
 
     def _dtype_probe(self):
@@ -64,8 +66,12 @@ class Session:
     def forward_backward(self, micro: dict) -> None:
         t = self.tracker
         call = self.engine or self.model
+        before = t.total
         with t.in_phase("forward"), self.autocast:
             loss = call(**micro).loss
+        self.forward_retained = max(self.forward_retained, t.total - before)
+        if self.spec["knobs"]["dist"] == "fsdp":  # its gathered full weights are parameters, not activations
+            t.mark("parameters", dist.fsdp_unsharded_tensors(self.model))
         with t.in_phase("backward"):
             if self.engine:
                 self.engine.backward(loss)
@@ -110,9 +116,12 @@ def train(spec: dict, device, tracker) -> dict:
     with tracker:
         session = Session(spec, device, tracker)
         out["load_host_peak_rss_bytes"] = host_peak_rss()
+        build_peak = tracker.reset_peak()  # loading's staging copies are host memory on a GPU run
         params = list(session.model.parameters())
-        out["params_total"] = sum(p.numel() for p in params)
-        out["params_trainable"] = sum(p.numel() for p in params if p.requires_grad)
+        numel = [getattr(p, "ds_numel", p.numel()) for p in params]  # ZeRO-3 leaves empty placeholders
+        out["params_total"] = sum(numel)
+        out["params_trainable"] = sum(n for n, p in zip(numel, params) if p.requires_grad)
+        pads, widths = 0, []
         total = spec["warmup_steps"] + spec["steps"]
         vocab = session.model.config.vocab_size
         step_peaks, step_s, tokens = [], [], 0
@@ -125,10 +134,15 @@ def train(spec: dict, device, tracker) -> dict:
             synchronize(device)
             dt = time.perf_counter() - t0
             step_peaks.append(tracker.step_peak)
+            pads += batch["input_ids"].numel() - batch["real_tokens"]
+            widths.append(batch["input_ids"].shape[-1])
             if i >= spec["warmup_steps"]:
                 step_s.append(dt)
                 tokens += batch["real_tokens"]
         out["details"] = session_details(session)
+        out["details"].update(build_peak_bytes=build_peak, pad_tokens=pads, batch_widths=widths)
+        if tracker.host:
+            out["details"].update(offloaded_bytes=tracker.host_breakdown(), offloaded_peak_bytes=tracker.host_peak)
         out["details"].update(timed_tokens=tokens, timed_s=sum(step_s))  # ranks' throughput adds up from these
         del session, batch
     out.update(
@@ -144,15 +158,5 @@ def train(spec: dict, device, tracker) -> dict:
 
 
 def session_details(session: Session) -> dict:
-    """Facts that prove the knobs acted: compute dtype, optimizer state dtypes, shard sizes."""
-    opt_dtypes = sorted({str(t.dtype).replace("torch.", "") for t in optimizers.state_tensors(session.optimizer)
-                         if t.dim() > 0})
-    params = list(session.model.parameters())
-    return {
-        "compute_dtype": session.compute_dtype,
-        "param_dtypes": sorted({str(p.dtype).replace("torch.", "") for p in params}),
-        "optimizer_state_dtypes": opt_dtypes,
-        "optimizer_class": type(getattr(session.optimizer, "optimizer", session.optimizer)).__name__,
-        "engine": type(session.engine).__name__ if session.engine else None,
-        "gradient_checkpointing": bool(getattr(session.model, "is_gradient_checkpointing", False)),
-    }
+    """Facts that prove the knobs acted (bench/proofs.py)."""
+    return proofs.collect(session)

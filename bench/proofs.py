@@ -1,0 +1,72 @@
+"""Facts that prove a cell's techniques acted, read from the live session after its steps.
+
+``collect(session)`` returns the record's ``details`` dict. Each key is something a test
+can check against the baseline, and that would read differently had the technique only
+been configured (tests/test_techniques_runs.py does):
+
+- compute_dtype: the dtype a Linear layer really produced (autocast, bf16, QLoRA's compute)
+- param_dtypes / trainable_param_dtypes: the dtypes the weights are held in (pure bf16)
+- optimizer_class, optimizer_state_dtypes, optimizer_state_bytes: what the optimizer keeps
+  (uint8 states of the 8-bit optimizers, Adafactor's factored rows, SGD's one buffer)
+- trainable_fraction, lora_modules: LoRA and QLoRA adapters in place, base frozen
+- quantized_weights: QLoRA's 4-bit weights (count, quant type, storage dtype and bytes)
+- gradient_checkpointing, activation_bytes_after_forward: what forward left alive for
+  backward (falls with checkpointing and with accumulation's smaller micro-batches)
+- attn_implementation: the attention kernel the model runs
+- zero: ZeRO stage, offload, partitioned parameters (bench/zeromem.py); fsdp_sharded_params
+- grad_scaler_scale: the fp16 loss scale in use
+- loaded_from, low_cpu_mem_usage: how the weights got there
+"""
+from __future__ import annotations
+
+import torch
+
+from bench import optimizers, zeromem
+
+
+def _name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def collect(session) -> dict:
+    model, optimizer = session.model, session.optimizer
+    params = list(model.parameters())
+    numel = [getattr(p, "ds_numel", p.numel()) for p in params]
+    trainable = sum(n for n, p in zip(numel, params) if p.requires_grad)
+    states = [t for t in optimizers.state_tensors(optimizer) if t.dim() > 0]
+    inner = getattr(optimizer, "optimizer", optimizer)
+    own_state = [v for st in inner.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+    out = {
+        "compute_dtype": session.compute_dtype,
+        "param_dtypes": sorted({_name(p.dtype) for p in params}),
+        "trainable_param_dtypes": sorted({_name(p.dtype) for p in params if p.requires_grad}),
+        "trainable_fraction": trainable / max(1, sum(numel)),
+        "optimizer_class": type(inner).__name__,
+        "optimizer_state_dtypes": sorted({_name(t.dtype) for t in states}),
+        "optimizer_state_bytes": sum(t.untyped_storage().nbytes() for t in own_state),
+        "gradient_checkpointing": bool(getattr(model, "is_gradient_checkpointing", False)),
+        "activation_bytes_after_forward": session.forward_retained,
+        "attn_implementation": getattr(model.config, "_attn_implementation", None),
+        "engine": type(session.engine).__name__ if session.engine else None,
+        "micro_batches": session.accum,
+    }
+    lora = [m for m in model.modules() if hasattr(m, "lora_A") and len(getattr(m, "lora_A", {}))]
+    if lora:
+        out["lora_modules"] = len(lora)
+    quantized = [p for p in params if type(p).__name__ == "Params4bit"]
+    if quantized:
+        qs = quantized[0].quant_state
+        out["quantized_weights"] = {
+            "count": len(quantized), "quant_type": qs.quant_type, "storage_dtype": _name(quantized[0].dtype),
+            "double_quant": qs.nested, "compute_dtype": _name(next(
+                m.compute_dtype for m in model.modules() if hasattr(m, "compute_type_is_set"))), "bytes": sum(p.untyped_storage().nbytes() for p in quantized),
+            "numel_unquantized": sum(int(torch.Size(p.quant_state.shape).numel()) for p in quantized)}
+    if session.engine is not None:
+        out["zero"] = zeromem.facts(session.engine, model)
+    sharded = [p for p in params if type(p).__name__ == "DTensor"]
+    if sharded:
+        out["fsdp_sharded_params"] = len(sharded)
+    if session.scaler is not None:
+        out["grad_scaler_scale"] = float(session.scaler.get_scale())
+    out.update(getattr(model, "_bench_load_facts", {}))
+    return out
