@@ -110,7 +110,10 @@ def synchronize(device) -> None:
         torch.cuda.synchronize()
 
 
-def train(spec: dict, device, tracker) -> dict:
+def train(spec: dict, device, tracker, sim=None) -> dict:
+    """``sim`` is sim mode's hook (bench.simulate.FakeRun): it sees the built session, hands the
+    steps their batches as a real run would see them, and wraps each step (FLOP counting);
+    cpu and cuda pass None."""
     knobs = spec["knobs"]
     out: dict = {}
     with tracker:
@@ -125,12 +128,14 @@ def train(spec: dict, device, tracker) -> dict:
         total = spec["warmup_steps"] + spec["steps"]
         vocab = session.model.config.vocab_size
         step_peaks, step_s, tokens = [], [], 0
-        for i, batch in enumerate(data.batches(knobs["batching"], spec["batch_size"], spec["seq_len"],
-                                               vocab, total, spec["seed"] + dist.rank(), device)):
+        batches = data.batches(knobs["batching"], spec["batch_size"], spec["seq_len"],
+                               vocab, total, spec["seed"] + dist.rank(), device)
+        for i, batch in enumerate(sim.batches(session, batches) if sim else batches):
             tracker.start_step()
             synchronize(device)
             t0 = time.perf_counter()
-            session.step(batch)
+            with sim.step(i) if sim else contextlib.nullcontext():
+                session.step(batch)
             synchronize(device)
             dt = time.perf_counter() - t0
             step_peaks.append(tracker.step_peak)

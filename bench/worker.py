@@ -82,6 +82,8 @@ def run(spec: dict) -> dict:
     if spec["mode"] == "cuda":
         return run_cuda(spec, torch, train, MemTracker)
     from bench import simulate
+    if simulate.skip_reason(spec["knobs"]):
+        raise Skip(simulate.skip_reason(spec["knobs"]))
     return simulate.run(spec)
 
 

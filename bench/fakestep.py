@@ -1,0 +1,256 @@
+"""The real training step under fake tensors: sim mode's context, hook and tracker.
+
+``FakeRun`` is what bench/simulate.py wraps around ``bench.train.train(spec, "cpu", tracker,
+sim=fake_run)``: the same Session, model code (transformers), adapters (peft), optimizers
+(torch, bitsandbytes) and loop as a real cpu run, on FakeTensorMode tensors of device cpu, so
+nothing is allocated. What it has to add, each for a stated reason:
+
+- ``module.to()`` on fake parameters swaps tensors (torch.nn.Module._apply), which fails while
+  the fake mode's own memo holds a weak reference to them; the memo entry is dropped first.
+- Batches are drawn for real (the same seeded values as a real run), uncounted, and handed to
+  the step as fake tensors, counted once (a real input under fake mode would be converted
+  again by every view op, counting its bytes twice). transformers decides on the mask's values
+  whether to drop it and run SDPA causal
+  (masking_utils._ignore_causal_mask_sdpa), and on a fake mask it never drops it ("tracing"),
+  which would change the attention kernel (and GQA's repeat_kv) and its memory. The decision
+  is taken on the real batch instead: all ones, dropped, as in a real run.
+- bitsandbytes builds its 8-bit quantization maps from values (``create_dynamic_map``): built
+  for real, they are 1 KiB constants as in a real run.
+- QLoRA loads through ``from_pretrained`` + bitsandbytes, which needs a checkpoint on disk and
+  a real ``Params4bit``; ``qlora_base`` below builds the same modules from the random-init
+  model instead: bitsandbytes' own ``quantize_4bit`` (its fake kernels give the packed uint8
+  weight and quant state, bytes equal to a real load: tests/test_sim_bnb.py), wrapped in the
+  real ``bnb.nn.Linear4bit`` modules whose forward and autograd run unchanged.
+- With ``cuda_model`` on: the CUDA allocator's rounding, CUDA's attention kernels and kernel
+  workspaces (bench/cuda_alloc.py, bench/cuda_kernels.py). Off, the step counts exactly what
+  a real cpu run counts (tests/test_sim_fidelity.py).
+- FLOPs: torch.utils.flop_counter's formulas, counted by the tracker over the first step after
+  warm-up (``count_flops``).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
+from transformers import masking_utils
+from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils.flop_counter import flop_registry
+
+from bench import cuda_alloc, cuda_kernels, models
+from bench.memtrack import CATEGORIES, PHASES, MemTracker
+
+_SWAP_TENSORS = torch.utils.swap_tensors
+_IGNORE_CAUSAL_MASK = masking_utils._ignore_causal_mask_sdpa
+BNB_OPTIMIZERS = {"adamw8bit", "paged-adamw8bit", "lion8bit"}
+
+
+@contextlib.contextmanager
+def swapped(obj, name: str, value):
+    """``obj.name = value`` for the duration (the sim worker's own process only)."""
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+class SimTracker(MemTracker):
+    """bench.memtrack.MemTracker plus what sim needs: CUDA kernels' scratch held for the
+    length of the op, and the live set at each phase's peak (for ZeRO's analytic partitioning)."""
+
+    def __init__(self, cuda_model: bool = True, budget_bytes=None):
+        super().__init__(budget_bytes=budget_bytes, rounding=cuda_alloc.round_size if cuda_model else None)
+        self.workspaces = cuda_model
+        self.phase_live: dict[str, list] = {}
+        self._phase_dirty = None
+        self.flops = None  # an int while FLOPs are being counted
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        if self.flops is not None:
+            self.flops += count_flops(func, args, kwargs, out)
+        if self.workspaces:
+            scratch = cuda_kernels.workspace_bytes(func, args, kwargs)
+            if scratch:  # allocated after the op's outputs, freed before it returns
+                self.serials += 1
+                key = -self.serials  # never a storage address
+                self.live[key] = (self.serials, self.rounding(scratch), self.phase)
+                self._grow(self.rounding(scratch))
+                self._free(key)
+        return out
+
+    def _grow(self, nbytes: int) -> None:
+        before = self.phase_peak.get(self.phase)
+        super()._grow(nbytes)
+        if before is not None and self.phase_peak[self.phase] != before:
+            self._phase_dirty = self.phase
+
+    def _snapshot_if_peak(self) -> None:
+        self._snapshot_phase()
+        super()._snapshot_if_peak()
+
+    def _snapshot_phase(self) -> None:
+        if self._phase_dirty:
+            self.phase_live[self._phase_dirty] = list(self.live.values())
+            self._phase_dirty = None
+
+    @contextlib.contextmanager
+    def in_phase(self, phase: str):
+        self._snapshot_phase()  # a phase's peak set is complete when the phase ends
+        with super().in_phase(phase):
+            yield
+        self._snapshot_phase()
+
+    def phase_breakdown(self) -> dict[str, dict[str, int]]:
+        """{phase: bytes per category at that phase's peak}, each summing to phase_peak[phase]."""
+        self._snapshot_phase()
+        out = {}
+        for phase in PHASES:
+            cats = dict.fromkeys(CATEGORIES, 0)
+            for serial, nbytes, born in self.phase_live.get(phase, []):
+                cats[self._category(serial, born)] += nbytes
+            out[phase] = cats
+        return out
+
+
+class FakeRun:
+    """Sim mode's context (fake tensors and the patches above) and bench.train's ``sim`` hook."""
+
+    def __init__(self, spec: dict, tracker: SimTracker, cuda_model: bool = True):
+        self.knobs, self.tracker = spec["knobs"], tracker
+        self.cuda_model = cuda_model
+        self.flop_step = spec["warmup_steps"]  # the first timed step: warm-up has built the state
+        self.flops = None
+        self.session = None
+        self.mode = None
+        self._all_ones = False
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self):
+        if self.knobs["adapter"] or self.knobs["optimizer"] in BNB_OPTIMIZERS:
+            # imported now, their module-level constants (peft's, bitsandbytes' NF4 tables) are
+            # real tensors; imported under the fake mode they would be fake for the process
+            import bitsandbytes  # noqa: F401
+            import peft  # noqa: F401
+        s = self._stack
+        self.mode = s.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+        s.enter_context(swapped(torch.utils, "swap_tensors", self._swap_tensors))
+        s.enter_context(swapped(models, "qlora_base", qlora_base))
+        s.enter_context(swapped(masking_utils, "_ignore_causal_mask_sdpa", self._ignore_causal_mask_sdpa))
+        if self.knobs["optimizer"] in BNB_OPTIMIZERS or self.knobs["adapter"] == "qlora":
+            import bitsandbytes.functional as bnbf
+            s.enter_context(swapped(bnbf, "create_dynamic_map", real(bnbf.create_dynamic_map)))
+        if self.cuda_model:
+            s.enter_context(swapped(torch.nn.functional, "scaled_dot_product_attention", cuda_kernels.cuda_sdpa))
+        return self
+
+    def __exit__(self, *exc):
+        return self._stack.__exit__(*exc)
+
+    def _swap_tensors(self, t1, t2):
+        memo = self.mode.fake_tensor_converter.tensor_memo
+        for key in [k for k, v in list(memo.items()) if v is t1 or v is t2]:
+            del memo[key]
+        return _SWAP_TENSORS(t1, t2)
+
+    # -- bench.train's hook ---------------------------------------------------------------
+    def batches(self, session, batches):
+        """The real batches, with the attention mask as transformers would treat it."""
+        self.session = session
+        while True:
+            with _disable_current_modes():  # real tensors, and not counted: their fake twins are
+                batch = next(batches, None)
+                mask = None if batch is None else batch.get("attention_mask")
+                self._all_ones = mask is not None and bool(mask.all())
+            if batch is None:
+                return
+            fake = {k: self.mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            for v in fake.values():  # shared storages stay shared (the converter keeps them so)
+                if isinstance(v, torch.Tensor):
+                    self.tracker.track(v)
+            del batch, mask
+            yield fake
+
+    def _ignore_causal_mask_sdpa(self, padding_mask, *args, **kwargs):
+        """transformers' decision to drop the mask and run SDPA causal, taken on the real
+        batch's values (transformers refuses to read a fake mask's)."""
+        if isinstance(padding_mask, FakeTensor):
+            if not self._all_ones:
+                return False
+            padding_mask = None  # all ones: what fast_all(mask) finds in a real run
+        return _IGNORE_CAUSAL_MASK(padding_mask, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def step(self, index: int):
+        if index != self.flop_step:
+            yield
+            return
+        self.tracker.flops = 0
+        try:
+            yield
+        finally:
+            self.flops, self.tracker.flops = self.tracker.flops, None
+
+
+def _gemm_4bit_flops(a, b, shape_b, *args, out_val=None, **kwargs) -> int:
+    return 2 * (a.numel() // a.shape[-1]) * shape_b[0] * shape_b[1]
+
+
+FLOP_FORMULAS = {**flop_registry, "bitsandbytes.gemm_4bit": _gemm_4bit_flops}
+_FLOPS_BY_OP: dict = {}
+
+
+def count_flops(func, args, kwargs, out) -> int:
+    """FLOPs of one op by torch.utils.flop_counter's formulas (plus bitsandbytes' 4-bit GEMM).
+    Not FlopCounterMode itself: it decomposes ops it has no formula for, which changes the ops
+    (and the memory) of the step being measured."""
+    fn = _FLOPS_BY_OP.get(func, 0)
+    if fn == 0:
+        packet = getattr(func, "overloadpacket", None)
+        fn = _FLOPS_BY_OP[func] = FLOP_FORMULAS.get(packet) or FLOP_FORMULAS.get(str(packet))
+    return int(fn(*args, **(kwargs or {}), out_val=out)) if fn else 0
+
+
+def real(fn):
+    """``fn`` run on real tensors (fake mode off): for small constants built from values."""
+    def wrapper(*args, **kwargs):
+        with unset_fake_temporarily():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+def qlora_base(spec: dict, config, device) -> torch.nn.Module:
+    """bench.models.qlora_base without a checkpoint: the random-init model with every Linear
+    but the output head replaced by bitsandbytes NF4 ``Linear4bit`` (double quantization,
+    bf16 compute), quantized by bitsandbytes itself, then peft's kbit preparation."""
+    import bitsandbytes as bnb
+    import peft
+    import transformers
+    from transformers.integrations.bitsandbytes import replace_with_bnb_linear
+    from transformers.quantizers.base import get_keys_to_not_convert
+
+    qconfig = transformers.BitsAndBytesConfig(
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.bfloat16)
+    model = models.random_init(config, {**spec["knobs"], "precision": "fp32"}, device)
+    linears = {name: m for name, m in model.named_modules() if type(m) is torch.nn.Linear}
+    with unset_fake_temporarily():  # the new modules start on the meta device, as in transformers
+        replace_with_bnb_linear(model, modules_to_not_convert=get_keys_to_not_convert(model),
+                                quantization_config=qconfig)
+    for name, module in model.named_modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            meta, old = module.weight, linears[name]
+            packed, state = bnb.functional.quantize_4bit(
+                old.weight.data, blocksize=meta.blocksize, compress_statistics=meta.compress_statistics,
+                quant_type=meta.quant_type, quant_storage=meta.quant_storage)
+            module.weight = torch.nn.Parameter(packed, requires_grad=False)
+            for key, value in vars(meta).items():  # Params4bit's attributes, which peft reads
+                setattr(module.weight, key, value)
+            module.weight.quant_state, module.weight.module = state, module
+            module.bias = old.bias
+            if module.bias is not None:
+                module.bias.requires_grad_(False)
+    model.is_loaded_in_4bit = True  # what transformers' bnb quantizer sets after loading
+    return peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)

@@ -1,0 +1,108 @@
+"""ZeRO and FSDP in sim mode: analytic partitioning over the simulated single-process step.
+
+DeepSpeed and FSDP cannot run under fake tensors (they need a process group and real
+collectives), so sim runs the cell's step on one process (same model, precision, adapters
+and optimizer) and divides its byte counts per rank as the ZeRO paper does (Rajbhandari et
+al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", SC'20, Fig. 1),
+with N ranks:
+
+    stage 1 (P_os):      optimizer state / N
+    stage 2 (P_os+g):    + gradients / N
+    stage 3 (P_os+g+p):  + parameters / N
+
+For mixed-precision Adam (2-byte weights and gradients, K = 12 bytes of fp32 master weights
+and moments per parameter) that is 2Ψ + 2Ψ + 12Ψ/N, 2Ψ + 14Ψ/N and 16Ψ/N bytes per GPU
+(``paper_bytes_per_param``). Here the categories are the simulated ones, so the same rules
+apply to whatever precision the cell runs in.
+
+Applied at each phase's peak (forward, backward, optimizer step), then the largest wins:
+
+- activations, other: unchanged: every rank runs its own micro-batch of the cell's batch size.
+- optimizer-step temporaries: / N from stage 1 (each rank steps only its partition).
+- zero2-offload / zero3-offload: optimizer state and its step on the host (0 on the GPU);
+  zero3-offload also keeps the parameter partitions on the host.
+- stage 3 and FSDP: in forward and backward the gathered parameters of the current and the
+  next (prefetched) unit (embedding, each decoder layer, final norm + output head), and in
+  backward one unit's full gradient before its reduce-scatter.
+
+Not modelled: communication buckets (DeepSpeed's reduce/all-gather buckets, NCCL buffers),
+fragmentation of flat buffers, DeepSpeed's bf16 optimizer (it adds an fp32 master copy that
+the single-process step does not have; sim skips zero* + bf16 for that reason).
+"""
+from __future__ import annotations
+
+from bench.memtrack import CATEGORIES, PHASES
+
+PARTITIONED = {
+    "zero1": ("optimizer",),
+    "zero2": ("optimizer", "gradients"),
+    "zero3": ("optimizer", "gradients", "parameters"),
+    "zero2-offload": ("optimizer", "gradients"),
+    "zero3-offload": ("optimizer", "gradients", "parameters"),
+    "fsdp": ("optimizer", "gradients", "parameters"),
+}
+OFFLOADED = {"zero2-offload": ("optimizer",), "zero3-offload": ("optimizer", "parameters")}
+GATHERS = {"zero3", "zero3-offload", "fsdp"}
+LABEL = "analytic (ZeRO paper partitioning) over the simulated single-process step"
+
+
+def paper_bytes_per_param(stage: int, n: int, p: float = 2, g: float = 2, k: float = 12) -> float:
+    """Model-state bytes per parameter per GPU, ZeRO paper Fig. 1 (stage 0 = plain data parallel)."""
+    return {0: p + g + k, 1: p + g + k / n, 2: p + (g + k) / n, 3: (p + g + k) / n}[stage]
+
+
+def _div(nbytes: int, n: int) -> int:
+    return -(-nbytes // n)  # a partition holds ceil(numel / N) elements
+
+
+def unit_bytes(model, rounding=lambda n: n) -> list[tuple[int, int]]:
+    """(parameter bytes, gradient bytes) per gather unit, in forward order: the input embedding,
+    each decoder layer, and the rest (final norm, output head)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    layers = list(base.model.layers)
+    embed = base.get_input_embeddings()
+    seen, units = set(), []
+
+    def size(module):
+        pb = gb = 0
+        for p in module.parameters():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            pb += rounding(p.numel() * p.element_size())
+            gb += rounding(p.numel() * p.element_size()) if p.requires_grad else 0
+        return pb, gb
+
+    units.append(size(embed))
+    units.extend(size(layer) for layer in layers)
+    units.append(size(base))  # whatever is left: final norm, output head (untied)
+    return units
+
+
+def _scaled(phase: str, cats: dict, dist: str, n: int, units) -> dict:
+    part, off = PARTITIONED[dist], OFFLOADED.get(dist, ())
+    out = dict(cats)
+    for cat in part:
+        out[cat] = 0 if cat in off else _div(cats[cat], n)
+    if phase == "optimizer":
+        out["temporaries"] = 0 if "optimizer" in off else _div(cats["temporaries"], n)
+    if dist in GATHERS and phase in ("forward", "backward") and units:
+        pairs = [units[i][0] + units[i + 1][0] for i in range(len(units) - 1)] or [units[0][0]]
+        out["parameters"] += max(pairs)
+        if phase == "backward":
+            out["gradients"] += max(g for _, g in units)
+    return out
+
+
+def partition(phase_breakdown: dict, dist: str, n: int, units=()) -> dict:
+    """Per-rank record fields for ``dist`` at world size ``n`` from the single-process step's
+    breakdown at each phase's peak ({phase: {category: bytes}})."""
+    scaled = {ph: _scaled(ph, phase_breakdown[ph], dist, n, units) for ph in PHASES if ph in phase_breakdown}
+    phase_peak = {ph: sum(c.values()) for ph, c in scaled.items()}
+    top = max(phase_peak, key=phase_peak.get)
+    return {
+        "peak_bytes": phase_peak[top],
+        "breakdown_bytes": {c: scaled[top][c] for c in CATEGORIES},
+        "phase_peak_bytes": phase_peak,
+        "peak_phase": top,
+    }

@@ -1,0 +1,96 @@
+"""Sim mode: a full-size training step under fake tensors, as a CUDA device would allocate it.
+
+    python -m bench.worker SPEC.json RECORD.json      # a cell of a `mode: sim` study
+    simulate.run(spec) -> dict of record fields        # what bench/worker.py calls
+
+The step is bench/train.py's (same Session, transformers model, peft adapters, torch and
+bitsandbytes optimizers, same loop), run on FakeTensorMode tensors of device cpu
+(bench/fakestep.py): shapes, dtypes and storages exist, no memory is allocated, so a 70B
+model simulates in a few hundred MiB of host memory (``host_peak_rss_bytes`` proves it).
+The tracker (bench/memtrack.py) counts every storage as the CUDA caching allocator would
+(bench/cuda_alloc.py), attention and kernel scratch as CUDA runs them (bench/cuda_kernels.py).
+
+The record (provenance "simulated"):
+
+- ``peak_bytes``, ``breakdown_bytes``, ``phase_peak_bytes``, ``step_peak_bytes``: per GPU.
+  For ZeRO/FSDP cells the single-process step is partitioned analytically per rank
+  (bench/sharding.py; ``details.zero_partitioning`` says so, ``details.unpartitioned`` keeps
+  the step's own figures, and ``step_peak_bytes`` is None: no per-step series per rank).
+- ``flops_per_step``: torch.utils.flop_counter's formulas over the first step after warm-up
+  (one rank's micro-batches), so checkpointing's recomputation shows.
+- ``verdicts`` {gpu: fits|tight|oom} for every GPU of the study, from one simulation
+  (bench/verdicts.py); ``details.verdict_rule``, ``details.verdict_reserve_bytes``,
+  ``details.verdict_notes``.
+- ``details.peers``: DeepSpeed's and accelerate's estimates beside ours (bench/peers.py).
+- ``step_s_median``, ``tokens_per_s``: None; a fake step's time says nothing about a GPU.
+"""
+from __future__ import annotations
+
+from bench import fakestep, peers, sharding, train, verdicts
+
+CUDA_MODEL = ("CUDA caching-allocator rounding (512-byte blocks), CUDA attention kernels "
+              "(flash / memory-efficient footprint), CUDA kernel workspaces (flash backward, bnb gemm_4bit)")
+
+
+def skip_reason(knobs: dict) -> str:
+    """Why sim cannot run these knobs ('' if it can); the worker turns it into a skipped record."""
+    if knobs["dist"] and knobs["dist"].startswith("zero") and knobs["precision"] == "bf16":
+        return ("DeepSpeed's bf16 mode keeps fp32 master weights in its own optimizer, which the "
+                "single-process step that sim partitions does not run")
+    if knobs["precision"] == "amp-fp16":
+        return "the fp16 gradient scaler reads its inf/nan check back as a value, which fake tensors do not have"
+    if knobs["optimizer"] == "adafactor":
+        return "torch's Adafactor reads parameter norms back as values (.item()) in its step, which fake tensors do not have"
+    if knobs["load"] != "random-init":
+        return "a load technique changes host memory while loading; a simulated step loads no weights"
+    return ""
+
+
+def single_process(spec: dict) -> dict:
+    """The spec of the step sim runs: the cell without its sharding engine (one process)."""
+    knobs = dict(spec["knobs"], dist=None, world_size=1)
+    return dict(spec, knobs=knobs, world_size=1, ds_config=None)
+
+
+def simulate_step(spec: dict, cuda_model: bool = True):
+    """(record fields, tracker, hook) of the cell's single-process step under fake tensors."""
+    tracker = fakestep.SimTracker(cuda_model=cuda_model)
+    with fakestep.FakeRun(spec, tracker, cuda_model=cuda_model) as fake:
+        out = train.train(spec, "cpu", tracker, sim=fake)
+    return out, tracker, fake
+
+
+def run(spec: dict, cuda_model: bool = True) -> dict:
+    """Record fields for a sim cell (see the module docstring); the worker checks
+    ``skip_reason`` first."""
+    if skip_reason(spec["knobs"]):
+        raise ValueError(skip_reason(spec["knobs"]))
+    step = single_process(spec)
+    out, tracker, fake = simulate_step(step, cuda_model)
+    phases = tracker.phase_breakdown()
+    states = phases["optimizer"]  # the optimizer step: weights, gradients and state all live
+    out.update(step_s_median=None, tokens_per_s=None, flops_per_step=fake.flops)
+    details = out["details"]
+    details.update(simulated=CUDA_MODEL if cuda_model else "cpu kernels, exact bytes",
+                   phase_breakdown_bytes=phases)
+    details.pop("timed_s", None)  # fake time
+    if spec["knobs"]["dist"]:
+        n, dist = spec["world_size"], spec["knobs"]["dist"]
+        details["unpartitioned"] = {k: out[k] for k in ("peak_bytes", "breakdown_bytes", "phase_peak_bytes",
+                                                        "step_peak_bytes")}
+        units = sharding.unit_bytes(fake.session.model, tracker.rounding)
+        part = sharding.partition(phases, dist, n, units)
+        out.update(peak_bytes=part["peak_bytes"], breakdown_bytes=part["breakdown_bytes"],
+                   phase_peak_bytes=part["phase_peak_bytes"], step_peak_bytes=None)
+        states = sharding.partition({"optimizer": phases["optimizer"]}, dist, n)["breakdown_bytes"]
+        details.update(zero_partitioning=f"{sharding.LABEL}: {dist} at world size {n}",
+                       zero_peak_phase=part["peak_phase"])
+    profiles = spec["verdict_gpus"]
+    out["verdicts"] = verdicts.verdicts(out["peak_bytes"], profiles)
+    details.update(verdict_rule=verdicts.RULE, verdict_reserve_bytes=verdicts.RESERVE_BYTES,
+                   verdict_notes=verdicts.notes(spec["knobs"], profiles))
+    ours = peers.ours_summary(spec, states, out["breakdown_bytes"], out["params_total"], out["params_trainable"])
+    details["model_state_bytes"] = ours["model_states"]
+    details["peers"] = peers.compare(spec, ours)
+    out["host_peak_rss_bytes"] = train.host_peak_rss()
+    return out

@@ -1,0 +1,64 @@
+"""bitsandbytes in sim mode holds exactly the bytes real bitsandbytes holds: the NF4 stand-in
+(bench.fakestep.qlora_base) against a real 4-bit load (bench.models.qlora_base) of the same
+tiny model, and 8-bit optimizer state after a fake step against a real CPU step."""
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+
+import bitsandbytes as bnb  # noqa: F401 - imported before any fake mode (its constants stay real)
+from bench import dist, fakestep, matrix, models, optimizers
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory):
+    from tests.conftest import write_matrix
+    study = {"mode": "cpu", "models": ["tiny-qwen2"], "gpus": ["cpu"], "techniques": ["qlora"]}
+    return matrix.load(write_matrix(tmp_path_factory.mktemp("bnb"), {"s": study}))["tiny-qwen2__cpu__qlora"]
+
+
+def storages(model) -> list:
+    """(bytes, dtype, shape) of every storage holding the model's weights, quantization state included."""
+    seen = {}
+    for t in dist.parameter_tensors(model):
+        seen[t.untyped_storage()._cdata] = (t.untyped_storage().nbytes(), str(t.dtype), tuple(t.shape))
+    return sorted(seen.values())
+
+
+def test_nf4_stand_in_holds_the_bytes_of_a_real_4bit_load(spec):
+    config = models.load_config(spec["model_config"], "sdpa")
+    real = models.qlora_base(spec, config, "cpu")
+    with fakestep.FakeRun(spec, fakestep.SimTracker(cuda_model=False), cuda_model=False):
+        fake = fakestep.qlora_base(spec, config, "cpu")
+        fake_storages = storages(fake)
+    assert isinstance(next(fake.parameters()), FakeTensor)
+    assert fake_storages == storages(real)
+    packed = [s for s in fake_storages if s[1] == "torch.uint8" and len(s[2]) == 2]
+    linears = [m for m in real.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert len(packed) == len(linears) > 0  # one packed weight (numel / 2 bytes) per quantized linear
+    assert sum(s[0] for s in packed) == sum(m.weight.quant_state.shape.numel() // 2 for m in linears)
+
+
+def _state(optimizer) -> list:
+    return sorted((str(v.dtype), tuple(v.shape), v.untyped_storage().nbytes())
+                  for st in optimizer.state.values() for v in st.values() if isinstance(v, torch.Tensor))
+
+
+@pytest.mark.parametrize("name", ["adamw8bit", "paged-adamw8bit", "lion8bit"])
+def test_8bit_optimizer_state_is_real_bitsandbytes_state(name):
+    def step():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 300), torch.nn.Linear(300, 8))  # 8-bit and 32-bit states
+        opt = optimizers.make(name, model)
+        model(torch.randn(2, 256)).sum().backward()
+        opt.step()
+        return _state(opt), isinstance(next(model.parameters()), FakeTensor)
+
+    real, real_is_fake = step()
+    knobs = {"optimizer": name, "adapter": None}
+    with fakestep.FakeRun({"knobs": knobs, "warmup_steps": 1}, None, cuda_model=False):
+        fake, fake_is_fake = step()
+    assert (real_is_fake, fake_is_fake) == (False, True)
+    assert fake == real
+    assert ("torch.uint8", (300, 256), 300 * 256) in real  # blockwise 8-bit state of the big weight

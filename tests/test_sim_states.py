@@ -1,0 +1,66 @@
+"""Model-state bytes per parameter in a simulated step match the known arithmetic.
+
+Measured at the optimizer step's peak (weights, gradients and optimizer state all live), with
+the CUDA rounding off so the bytes are exact:
+
+- fp32 AdamW: 4 (weights) + 4 (gradients) + 8 (two fp32 moments) = 16 B/param
+- mixed precision (autocast bf16) keeps the fp32 weights as the master copy: 16 B/param too;
+  the 16-bit copies it makes are activations and temporaries, not model state
+- pure bf16: 2 + 2 + 4 = 8 B/param
+- 8-bit AdamW (bitsandbytes): 4 + 4 + 2 (uint8 moments) + 2 fp32 absmax per 256-element block
+  for tensors of >= 4096 elements, fp32 moments below that, plus the two shared 256-entry maps
+Torch's AdamW adds a 4-byte ``step`` tensor per parameter tensor.
+"""
+import math
+
+import pytest
+
+import bitsandbytes  # noqa: F401 - constants created outside the runs
+import peft  # noqa: F401
+from bench import matrix, simulate
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def states(tmp_path_factory):
+    from tests.conftest import write_matrix
+    study = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"],
+             "techniques": ["baseline", "amp-bf16", "bf16", "adamw8bit"]}
+    cells = matrix.load(write_matrix(tmp_path_factory.mktemp("states"), {"s": study}))
+    out = {}
+    for cell, spec in cells.items():
+        rec, tracker, fake = simulate.simulate_step(spec, cuda_model=False)
+        model = fake.session.model
+        numels = [p.numel() for p in model.parameters()]
+        buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+        out[spec["techniques"][0]] = (tracker.phase_breakdown()["optimizer"], numels, buffers)
+    return out
+
+
+def per_param(technique, states):
+    st, numels, buffers = states[technique]
+    psi, n = sum(numels), len(numels)
+    return ((st["parameters"] - buffers) / psi, st["gradients"] / psi, st["optimizer"], psi, n, numels)
+
+
+@pytest.mark.parametrize("technique", ["baseline", "amp-bf16"])
+def test_fp32_weights_with_adamw_hold_16_bytes_per_param(states, technique):
+    w, g, opt, psi, n, _ = per_param(technique, states)
+    assert (w, g) == (4, 4)
+    assert opt == 8 * psi + 4 * n
+    assert w + g + (opt - 4 * n) / psi == 16
+
+
+def test_pure_bf16_holds_8_bytes_per_param(states):
+    w, g, opt, psi, n, _ = per_param("bf16", states)
+    assert (w, g) == (2, 2)
+    assert opt == 4 * psi + 4 * n  # bf16 moments; the step counters stay fp32
+
+
+def test_8bit_adamw_state(states):
+    w, g, opt, psi, _, numels = per_param("adamw8bit", states)
+    assert (w, g) == (4, 4)
+    expected = sum(2 * k + 2 * 4 * math.ceil(k / 256) if k >= 4096 else 8 * k for k in numels) + 2 * 256 * 4
+    assert opt == expected
+    assert 2 < opt / psi < 2.1  # ~2 B/param: a quarter of fp32 Adam's 8

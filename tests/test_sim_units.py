@@ -1,0 +1,88 @@
+"""Sim mode's small parts, each against what it models: the CUDA allocator's rounding, the
+verdict thresholds, the ZeRO paper's per-GPU arithmetic, and the CUDA attention routing."""
+import pytest
+
+from bench import cuda_alloc, sharding, verdicts
+
+MiB, GiB = 2**20, 2**30
+
+
+@pytest.mark.parametrize("asked, counted", [(0, 0), (1, 512), (511, 512), (512, 512), (513, 1024),
+                                            (4 * MiB + 1, 4 * MiB + 512)])
+def test_round_size_is_the_caching_allocators(asked, counted):
+    # c10/cuda/CUDACachingAllocator.cpp round_size: max(512, 512 * ceil(size / 512)); 0 never allocates
+    assert cuda_alloc.round_size(asked) == counted
+
+
+def test_verdict_thresholds_include_the_reserve():
+    card = 24 * GiB
+    reserve = verdicts.RESERVE_BYTES
+    assert reserve == 576 * MiB
+    assert verdicts.verdict(card - reserve, card) == "tight"
+    assert verdicts.verdict(card - reserve + 1, card) == "oom"
+    assert verdicts.verdict(int(0.9 * card) - reserve, card) == "fits"
+    assert verdicts.verdict(int(0.9 * card) - reserve + 1, card) == "tight"
+    assert "576 MiB" in verdicts.RULE and "90%" in verdicts.RULE
+
+
+def test_verdicts_cover_every_profile_and_note_gpus_without_bf16():
+    profiles = {"big": {"memory_bytes": 80 * GiB, "bf16_tflops": 989.4},
+                "t4": {"memory_bytes": 15 * GiB, "bf16_tflops": None}}
+    assert verdicts.verdicts(20 * GiB, profiles) == {"big": "fits", "t4": "oom"}
+    knobs = {"precision": "bf16", "adapter": None}
+    assert list(verdicts.notes(knobs, profiles)) == ["t4"]
+    assert verdicts.notes({"precision": "fp32", "adapter": None}, profiles) == {}
+
+
+@pytest.mark.parametrize("n", [1, 2, 8, 64])
+def test_zero_paper_formulas(n):
+    # ZeRO paper, Fig. 1: mixed-precision Adam, K = 12
+    assert sharding.paper_bytes_per_param(0, n) == 16
+    assert sharding.paper_bytes_per_param(1, n) == pytest.approx(4 + 12 / n)
+    assert sharding.paper_bytes_per_param(2, n) == pytest.approx(2 + 14 / n)
+    assert sharding.paper_bytes_per_param(3, n) == pytest.approx(16 / n)
+
+
+@pytest.mark.parametrize("dist, stage", [("zero1", 1), ("zero2", 2), ("zero3", 3), ("fsdp", 3)])
+@pytest.mark.parametrize("n", [1, 4, 8])
+def test_partitioning_reproduces_the_paper_for_mixed_precision_states(dist, stage, n):
+    psi = 7_000_000_000
+    states = {"parameters": 2 * psi, "gradients": 2 * psi, "optimizer": 12 * psi,
+              "activations": 0, "temporaries": 0, "other": 0}
+    out = sharding.partition({"optimizer": states}, dist, n)
+    assert out["peak_bytes"] == pytest.approx(sharding.paper_bytes_per_param(stage, n) * psi, abs=3)
+    assert sum(out["breakdown_bytes"].values()) == out["peak_bytes"]
+
+
+def test_partitioning_keeps_activations_and_adds_stage3_gathers():
+    phases = {"forward": {"parameters": 800, "gradients": 0, "optimizer": 1600, "activations": 1000,
+                          "temporaries": 10, "other": 1},
+              "backward": {"parameters": 800, "gradients": 400, "optimizer": 1600, "activations": 500,
+                           "temporaries": 20, "other": 1},
+              "optimizer": {"parameters": 800, "gradients": 800, "optimizer": 1600, "activations": 0,
+                            "temporaries": 800, "other": 1}}
+    units = [(100, 100), (300, 300), (300, 300), (100, 100)]
+    z3 = sharding.partition(phases, "zero3", 4, units)
+    assert z3["phase_peak_bytes"]["forward"] == 200 + 600 + 400 + 1000 + 10 + 1  # 600: two gathered units
+    assert z3["phase_peak_bytes"]["backward"] == 200 + 600 + 100 + 300 + 400 + 500 + 20 + 1
+    assert z3["phase_peak_bytes"]["optimizer"] == 200 + 200 + 400 + 200 + 1
+    off = sharding.partition(phases, "zero3-offload", 4, units)
+    assert off["phase_peak_bytes"]["optimizer"] == 0 + 200 + 0 + 0 + 1  # states and their step on the host
+    z1 = sharding.partition(phases, "zero1", 4)
+    assert z1["phase_peak_bytes"]["forward"] == 800 + 400 + 1000 + 10 + 1
+    assert z1["peak_phase"] == "forward" and z1["breakdown_bytes"]["activations"] == 1000
+
+
+def test_cuda_attention_backend_choice():
+    torch = pytest.importorskip("torch")
+    from bench.cuda_kernels import cuda_backend
+    q16 = torch.empty(1, 8, 16, 128, dtype=torch.bfloat16, device="meta")
+    q32 = q16.float()
+    mask = torch.empty(1, 1, 16, 16, dtype=torch.bool, device="meta")
+    assert cuda_backend(q16, q16, q16, None) == "flash"
+    assert cuda_backend(q16, q16, q16, mask) == "efficient"  # flash takes no mask
+    assert cuda_backend(q32, q32, q32, None) == "efficient"  # flash is 16-bit only
+    big = torch.empty(1, 8, 16, 320, dtype=torch.bfloat16, device="meta")
+    assert cuda_backend(big, big, big, None) == "efficient"
+    odd = torch.empty(1, 8, 16, 66, dtype=torch.float32, device="meta")
+    assert cuda_backend(odd, odd, odd, None) == "math"  # not a multiple of the fp32 alignment (4)
