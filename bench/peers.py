@@ -118,15 +118,18 @@ def _row(source: str, what: str, nbytes: int, ours: dict, why: str) -> dict:
             "difference": f"{why}. {ours['explain']}"}
 
 
-def ours_summary(spec: dict, states: dict, peak_breakdown: dict, params_total: int, params_trainable: int) -> dict:
+def ours_summary(spec: dict, states: dict, peak_breakdown: dict, peak_phase: str, params_total: int,
+                 params_trainable: int) -> dict:
     """Our model-state bytes and the sentence that says what they hold and what we add."""
     ms = states["parameters"] + states["gradients"] + states["optimizer"]
     trains = "every parameter trains" if params_trainable == params_total else \
         f"{params_trainable / 1e6:.1f}M of {params_total / 1e9:.2f}B params train ({'+'.join(spec['techniques'])})"
     explain = (f"Ours: {ms / GiB:.2f} GiB of model states = weights {states['parameters'] / GiB:.2f} + gradients "
                f"{states['gradients'] / GiB:.2f} + optimizer {states['optimizer'] / GiB:.2f} GiB per GPU "
-               f"({trains}); no peer counts activations ({peak_breakdown['activations'] / GiB:.2f} GiB at our peak) "
-               f"or temporaries ({peak_breakdown['temporaries'] / GiB:.2f} GiB, e.g. the foreach optimizer's)")
+               f"({trains}). No peer counts what ours adds at its peak (in the {peak_phase} phase): "
+               f"activations {peak_breakdown['activations'] / GiB:.2f} GiB, temporaries "
+               f"{peak_breakdown['temporaries'] / GiB:.2f} GiB (in the optimizer step: the foreach update's "
+               f"intermediates; in backward: gradients of activations), other {peak_breakdown['other'] / GiB:.2f} GiB")
     return {"model_states": ms, "explain": explain}
 
 

@@ -23,6 +23,14 @@ The record (provenance "simulated"):
   ``details.verdict_notes``.
 - ``details.peers``: DeepSpeed's and accelerate's estimates beside ours (bench/peers.py).
 - ``step_s_median``, ``tokens_per_s``: None; a fake step's time says nothing about a GPU.
+
+Known differences from a real CUDA run, kept small and stated rather than patched over:
+torch's AdamW keeps its 4-byte ``step`` counters on the host unless capturable/fused (sim
+counts them: at most 512 B per parameter tensor); bitsandbytes' paged optimizers allocate
+their state with cudaMallocManaged, outside torch's allocator (sim counts it as resident
+device memory, which it is until evicted); allocator fragmentation and the CUDA context are
+left to the verdict's reserve; T4 (no bf16 kernels) is flagged in ``details.verdict_notes``.
+Cells sim cannot run are skipped with the reason (``skip_reason``).
 """
 from __future__ import annotations
 
@@ -89,7 +97,9 @@ def run(spec: dict, cuda_model: bool = True) -> dict:
     out["verdicts"] = verdicts.verdicts(out["peak_bytes"], profiles)
     details.update(verdict_rule=verdicts.RULE, verdict_reserve_bytes=verdicts.RESERVE_BYTES,
                    verdict_notes=verdicts.notes(spec["knobs"], profiles))
-    ours = peers.ours_summary(spec, states, out["breakdown_bytes"], out["params_total"], out["params_trainable"])
+    peak_phase = max(out["phase_peak_bytes"], key=out["phase_peak_bytes"].get)
+    ours = peers.ours_summary(spec, states, out["breakdown_bytes"], peak_phase, out["params_total"],
+                              out["params_trainable"])
     details["model_state_bytes"] = ours["model_states"]
     details["peers"] = peers.compare(spec, ours)
     out["host_peak_rss_bytes"] = train.host_peak_rss()

@@ -64,3 +64,27 @@ def test_8bit_adamw_state(states):
     expected = sum(2 * k + 2 * 4 * math.ceil(k / 256) if k >= 4096 else 8 * k for k in numels) + 2 * 256 * 4
     assert opt == expected
     assert 2 < opt / psi < 2.1  # ~2 B/param: a quarter of fp32 Adam's 8
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    from tests.conftest import write_matrix
+    study = {"mode": "sim", "models": ["tiny-llama"], "gpus": ["rtx-4090"],
+             "techniques": ["baseline", "zero1+w4", "zero2+w4", "zero3+w4", "fsdp+w4"]}
+    cells = matrix.load(write_matrix(tmp_path_factory.mktemp("sharded"), {"s": study}))
+    return {spec["techniques"][0]: simulate.run(spec, cuda_model=False) for spec in cells.values()}
+
+
+@pytest.mark.parametrize("dist, partitioned", [("zero1", ["optimizer"]), ("zero2", ["optimizer", "gradients"]),
+                                                ("zero3", ["optimizer", "gradients", "parameters"]),
+                                                ("fsdp", ["optimizer", "gradients", "parameters"])])
+def test_zero_stages_divide_the_simulated_states_per_rank(sharded, dist, partitioned):
+    base = sharded["baseline"]["details"]["phase_breakdown_bytes"]["optimizer"]
+    rec = sharded[dist]
+    expected = sum(-(-base[c] // 4) if c in partitioned else base[c]
+                   for c in ("parameters", "gradients", "optimizer"))
+    assert rec["details"]["model_state_bytes"] == expected  # the ZeRO paper's stage rules, N = 4
+    assert "analytic" in rec["details"]["zero_partitioning"] and rec["step_peak_bytes"] is None
+    assert rec["details"]["unpartitioned"]["peak_bytes"] == sharded["baseline"]["peak_bytes"]
+    assert rec["peak_bytes"] < sharded["baseline"]["peak_bytes"]
+    assert sum(rec["breakdown_bytes"].values()) == rec["peak_bytes"]
