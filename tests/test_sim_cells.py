@@ -37,6 +37,8 @@ def test_full_size_fp32_adamw_step(records, cell):
     assert rec["phase_peak_bytes"]["optimizer"] == rec["peak_bytes"]  # AdamW's step sets the peak here
     assert len(rec["step_peak_bytes"]) == 2 and rec["step_s_median"] is None
     d = rec["details"]
+    for phase, cats in d["phase_breakdown_bytes"].items():  # each phase's peak, by category
+        assert sum(cats.values()) == rec["phase_peak_bytes"][phase]
     assert d["verdict_reserve_bytes"] > 0 and "fits" in d["verdict_rule"]
     assert {p["source"].split()[0] for p in d["peers"]} == {"deepspeed", "accelerate"}
     for peer in d["peers"]:
