@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -39,20 +41,27 @@ def random_init(config, knobs: dict, device) -> torch.nn.Module:
     return model
 
 
-def checkpoint_dir(spec: dict, config) -> Path:
-    """A local fp32 checkpoint of the model's random init, saved once and reused."""
+def checkpoint_dir(spec: dict) -> Path:
+    """A local fp32 checkpoint of the model's random init, saved once and reused. It is
+    saved by a child process, so that this worker's load-phase host RSS is loading only."""
     path = CACHE / "checkpoints" / f"{spec['model']}-seed{spec['seed']}"
-    if (path / "config.json").is_file():
-        return path
+    if not (path / "config.json").is_file():
+        subprocess.run([sys.executable, "-m", "bench.models", spec["model_config"], str(spec["seed"]), str(path)],
+                       check=True)
+    return path
+
+
+def save_checkpoint(config_path: str, seed: int, path: Path) -> None:
+    """python -m bench.models CONFIG.json SEED OUT_DIR: save the seeded random init there."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    torch.manual_seed(spec["seed"])
+    torch.manual_seed(seed)
+    config = load_config(config_path, "sdpa")
     transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(tmp)
     try:
         tmp.rename(path)
     except OSError:  # another worker finished first: theirs is the same bytes
         shutil.rmtree(tmp, ignore_errors=True)
-    return path
 
 
 def from_checkpoint(spec: dict, config, knobs: dict, device, **extra) -> torch.nn.Module:
@@ -64,7 +73,7 @@ def from_checkpoint(spec: dict, config, knobs: dict, device, **extra) -> torch.n
     low_cpu = knobs["load"] == "checkpoint-low-cpu-mem-usage"
     if low_cpu:
         kwargs["low_cpu_mem_usage"] = True
-    path = checkpoint_dir(spec, config)
+    path = checkpoint_dir(spec)
     model = transformers.AutoModelForCausalLM.from_pretrained(path, **kwargs)
     model._bench_load_facts = {"loaded_from": "checkpoint", "name_or_path": str(model.name_or_path),
                                "low_cpu_mem_usage_passed": low_cpu}
@@ -122,3 +131,7 @@ def build(spec: dict, device) -> torch.nn.Module:
         enable_checkpointing(model)
     model.train()
     return model
+
+
+if __name__ == "__main__":
+    save_checkpoint(sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]))

@@ -15,9 +15,13 @@ been configured (tests/test_techniques_runs.py does):
 - attn_implementation: the attention kernel the model runs
 - zero: ZeRO stage, offload, partitioned parameters (bench/zeromem.py); fsdp_sharded_params
 - grad_scaler_scale: the fp16 loss scale in use
-- loaded_from, low_cpu_mem_usage: how the weights got there
+- loaded_from, name_or_path, low_cpu_mem_usage_passed: how the weights got there
+- cuda_alloc_conf, cuda_expandable_segments (cuda only): the allocator setting the worker
+  ran under, and whether the caching allocator's segments really are expandable
 """
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -69,4 +73,12 @@ def collect(session) -> dict:
     if session.scaler is not None:
         out["grad_scaler_scale"] = float(session.scaler.get_scale())
     out.update(getattr(model, "_bench_load_facts", {}))
+    if session.device.type == "cuda":
+        out.update(cuda_allocator_facts())
     return out
+
+
+def cuda_allocator_facts() -> dict:
+    segments = torch.cuda.memory._snapshot().get("segments", [])
+    return {"cuda_alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+            "cuda_expandable_segments": any(seg.get("is_expandable", False) for seg in segments)}

@@ -181,3 +181,29 @@ def test_loading_from_a_local_checkpoint(recs):
         assert ok(recs, name)["load_host_peak_rss_bytes"] > 0
     assert d(recs, "low-cpu-mem-usage")["low_cpu_mem_usage_passed"]
     assert bd(recs, "ckpt-load") == bd(recs, "baseline")  # same weights, same training memory
+
+
+def test_transformers_5_ignores_low_cpu_mem_usage(recs):
+    """What the flag does in the installed transformers, measured: 5.x accepts and drops it,
+    so loading with it holds the same host memory as without (4.x would differ)."""
+    rec = ok(recs, "low-cpu-mem-usage")
+    if int(rec["versions"]["transformers"].split(".")[0]) < 5:
+        pytest.skip("transformers 4.x honours low_cpu_mem_usage")
+    with_flag, without = rec["load_host_peak_rss_bytes"], ok(recs, "ckpt-load")["load_host_peak_rss_bytes"]
+    assert abs(with_flag - without) < 0.05 * without
+
+
+@pytest.mark.cuda
+def test_expandable_segments_reach_the_cuda_allocator(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from tests.conftest import write_matrix
+    path = write_matrix(tmp_path, {"g": {"mode": "cuda", "models": ["tiny-llama"], "gpus": ["h100-80gb"],
+                                         "techniques": ["expandable-segments"]}})
+    out = {"+".join(s["techniques"]): launch.run_cell(s, tmp_path / f"{s['cell']}.log")
+           for s in matrix.load(path).values()}
+    assert d(out, "expandable-segments")["cuda_alloc_conf"] == "expandable_segments:True"
+    assert d(out, "expandable-segments")["cuda_expandable_segments"]
+    assert not d(out, "baseline")["cuda_expandable_segments"]
+    assert ok(out, "expandable-segments")["reserved_peak_bytes"] >= ok(out, "expandable-segments")["peak_bytes"]
