@@ -31,6 +31,7 @@ def state_tensors(optimizer) -> list:
     are not the model's own (DeepSpeed's fp32 partitions, for instance)."""
     inner = getattr(optimizer, "optimizer", optimizer)  # DeepSpeed wraps a torch optimizer
     out = [v for st in inner.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+    out += list(getattr(inner, "name2qmap", {}).values())  # bitsandbytes' 8-bit quantization maps
     for group in inner.param_groups:
         out.extend(group["params"])
     from bench.dist import zero_buffers

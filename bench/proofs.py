@@ -33,38 +33,23 @@ def _name(dtype) -> str:
 
 
 def collect(session) -> dict:
-    model, optimizer = session.model, session.optimizer
+    model = session.model
     params = list(model.parameters())
-    numel = [getattr(p, "ds_numel", p.numel()) for p in params]
+    numel = [getattr(p, "ds_numel", p.numel()) for p in params]  # ZeRO-3 leaves empty placeholders
     trainable = sum(n for n, p in zip(numel, params) if p.requires_grad)
-    states = [t for t in optimizers.state_tensors(optimizer) if t.dim() > 0]
-    inner = getattr(optimizer, "optimizer", optimizer)
-    own_state = [v for st in inner.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
     out = {
         "compute_dtype": session.compute_dtype,
         "param_dtypes": sorted({_name(p.dtype) for p in params}),
         "trainable_param_dtypes": sorted({_name(p.dtype) for p in params if p.requires_grad}),
         "trainable_fraction": trainable / max(1, sum(numel)),
-        "optimizer_class": type(inner).__name__,
-        "optimizer_state_dtypes": sorted({_name(t.dtype) for t in states}),
-        "optimizer_state_bytes": sum(t.untyped_storage().nbytes() for t in own_state),
         "gradient_checkpointing": bool(getattr(model, "is_gradient_checkpointing", False)),
         "activation_bytes_after_forward": session.forward_retained,
         "attn_implementation": getattr(model.config, "_attn_implementation", None),
         "engine": type(session.engine).__name__ if session.engine else None,
         "micro_batches": session.accum,
+        **optimizer_facts(session.optimizer),
+        **adapter_facts(model, params),
     }
-    lora = [m for m in model.modules() if hasattr(m, "lora_A") and len(getattr(m, "lora_A", {}))]
-    if lora:
-        out["lora_modules"] = len(lora)
-    quantized = [p for p in params if type(p).__name__ == "Params4bit"]
-    if quantized:
-        qs = quantized[0].quant_state
-        out["quantized_weights"] = {
-            "count": len(quantized), "quant_type": qs.quant_type, "storage_dtype": _name(quantized[0].dtype),
-            "double_quant": qs.nested, "compute_dtype": _name(next(
-                m.compute_dtype for m in model.modules() if hasattr(m, "compute_type_is_set"))), "bytes": sum(p.untyped_storage().nbytes() for p in quantized),
-            "numel_unquantized": sum(int(torch.Size(p.quant_state.shape).numel()) for p in quantized)}
     if session.engine is not None:
         out["zero"] = zeromem.facts(session.engine, model)
     sharded = [p for p in params if type(p).__name__ == "DTensor"]
@@ -75,6 +60,34 @@ def collect(session) -> dict:
     out.update(getattr(model, "_bench_load_facts", {}))
     if session.device.type == "cuda":
         out.update(cuda_allocator_facts())
+    return out
+
+
+def optimizer_facts(optimizer) -> dict:
+    """The optimizer's class, and the dtypes and bytes of the state it keeps between steps."""
+    inner = getattr(optimizer, "optimizer", optimizer)  # DeepSpeed wraps a torch optimizer
+    own = [v for st in inner.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+    kept = [t for t in optimizers.state_tensors(optimizer) if t.dim() > 0]  # + ZeRO's master partitions
+    return {"optimizer_class": type(inner).__name__,
+            "optimizer_state_dtypes": sorted({_name(t.dtype) for t in kept}),
+            "optimizer_state_bytes": sum(t.untyped_storage().nbytes() for t in own)}
+
+
+def adapter_facts(model, params) -> dict:
+    """LoRA modules in place; QLoRA's 4-bit weights: how many, how stored, computed in what."""
+    out = {}
+    lora = [m for m in model.modules() if len(getattr(m, "lora_A", {}))]
+    if lora:
+        out["lora_modules"] = len(lora)
+    quantized = [p for p in params if type(p).__name__ == "Params4bit"]
+    if quantized:
+        qs = quantized[0].quant_state
+        compute = next(m.compute_dtype for m in model.modules() if hasattr(m, "compute_type_is_set"))
+        out["quantized_weights"] = {
+            "count": len(quantized), "quant_type": qs.quant_type, "double_quant": qs.nested,
+            "storage_dtype": _name(quantized[0].dtype), "compute_dtype": _name(compute),
+            "bytes": sum(p.untyped_storage().nbytes() for p in quantized),
+            "numel_unquantized": sum(torch.Size(p.quant_state.shape).numel() for p in quantized)}
     return out
 
 

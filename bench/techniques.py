@@ -91,7 +91,7 @@ CATALOG: dict[str, Technique] = dict([
        saves="gradients, optimizer", expected="very large (>90% of gradients and optimizer)",
        difficulty="medium", overhead="small; quality may differ from full fine-tune"),
     _t("qlora", {"adapter": "qlora", "optimizer": "paged-adamw8bit"},
-       "NF4 base weights (double quantization) + LoRA + paged 8-bit AdamW",
+       "NF4 base weights (double quantization, bf16 compute; fp16 under amp-fp16) + LoRA + paged 8-bit AdamW",
        saves="parameters, gradients, optimizer", expected="~75% of weights on top of LoRA",
        difficulty="medium", overhead="dequantization: slower steps"),
     # attention kernels
@@ -134,7 +134,8 @@ CATALOG: dict[str, Technique] = dict([
        mode_note="a CUDA caching-allocator setting: it changes nothing off CUDA"),
     _t("ckpt-load", {"load": "checkpoint"}, "load weights from a local checkpoint (from_pretrained)"),
     _t("low-cpu-mem-usage", {"load": "checkpoint-low-cpu-mem-usage"},
-       "from_pretrained(..., low_cpu_mem_usage=True) from a local checkpoint", saves="host memory at load",
+       "from_pretrained(..., low_cpu_mem_usage=True) from a local checkpoint (transformers 5.x accepts "
+       "the flag and ignores it: it always loads lazily)", saves="host memory at load",
        expected="lower host peak while loading", modes=frozenset({"cpu", "cuda"}),
        mode_note="a host-memory effect at load time; a simulated step loads nothing"),
 ])
