@@ -17,7 +17,7 @@ STUDY = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques":
 
 
 def run_bench(matrix_path, out_json, *select):
-    cmd = [sys.executable, "-m", "pytest", "bench", "--matrix", str(matrix_path), "--benchmark-json", str(out_json),
+    cmd = [sys.executable, "-m", "pytest", "bench/test_cells.py", "--matrix", str(matrix_path), "--benchmark-json", str(out_json),
            "--worker-logs", str(out_json.parent / "logs"), "-q", *select]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
