@@ -120,6 +120,9 @@ def train(spec: dict, device, tracker, sim=None) -> dict:
         session = Session(spec, device, tracker)
         out["load_host_peak_rss_bytes"] = host_peak_rss()
         build_peak = tracker.reset_peak()  # loading's staging copies are host memory on a GPU run
+        if torch.device(device).type == "cuda":  # torch's peak counters measure the same span as the tracker
+            build_peak = torch.cuda.max_memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
         params = list(session.model.parameters())
         numel = [getattr(p, "ds_numel", p.numel()) for p in params]  # ZeRO-3 leaves empty placeholders
         out["params_total"] = sum(numel)
