@@ -112,6 +112,9 @@ def write_atomic(path: str | os.PathLike, obj) -> None:
             json.dump(obj, fh, indent=1, sort_keys=True)
             fh.flush()
             os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make shared results unreadable to others
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

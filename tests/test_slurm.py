@@ -3,7 +3,7 @@
     pytest tests/test_slurm.py -q
 
 The dry run (`snakemake -n --profile profiles/slurm`) needs no cluster but does need the
-SLURM executor plugin (the `[cluster]` extra): without it that test skips, saying so.
+SLURM executor plugin (a dependency of the project): without it that test skips, saying so.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def dry_run_resources(stdout: str) -> dict[str, dict[str, str]]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_SLURM_PLUGIN, reason="snakemake-executor-plugin-slurm is not installed "
-                                                  "(pip install -e '.[cluster]')")
+                                                  "(pip install -e .)")
 def test_dry_run_with_the_slurm_profile_requests_gpus_per_job(cells, tmp_path):
     path, specs = cells
     cmd = [sys.executable, "-m", "snakemake", "-n", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path),
