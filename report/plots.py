@@ -89,7 +89,8 @@ def _breakdown_plot(long: pd.DataFrame, wrap: int) -> so.Plot:
         so.Plot(long, x="gib", y="technique", color="category")
         .add(so.Bar(edgewidth=0, alpha=1), so.Stack())
         .facet(col="panel", wrap=wrap)
-        .share(x=False, y=False)       # models differ by orders of magnitude
+        .share(x=False, y=True)        # models differ by orders of magnitude; one row per technique
+                                       # across panels keeps bars the same thickness
         .scale(color=so.Nominal(PALETTE, order=list(record.CATEGORIES)))
         .label(x="peak memory (GiB)", y="", color="category")
         .layout(engine="tight")

@@ -204,11 +204,15 @@ def _difference(peer: dict) -> tuple[str, str]:
     return gap, diff if isinstance(diff, str) else ""
 
 
+PEER_TECHNIQUES = ("baseline", "bf16")  # full fine-tunes with Adam: what the peers estimate
+
+
 def peers_section(df: pd.DataFrame, mode: str):
     if mode != "sim":
         return None
     rows = []
-    for _, r in df[(df["mode"] == mode) & (df["status"] == "ok")].iterrows():
+    full = df[(df["mode"] == mode) & (df["status"] == "ok") & df["technique"].isin(PEER_TECHNIQUES)]
+    for _, r in full.iterrows():
         for peer in details(r).get("peers") or []:
             if isinstance(peer, dict):
                 gap, why = _difference(peer)
@@ -219,7 +223,9 @@ def peers_section(df: pd.DataFrame, mode: str):
     return {"kind": "peers", "title": "Peer estimates", "rows": rows,
             "note": "Ours (simulated) beside the estimators of DeepSpeed and accelerate (analytic formulas over "
                     "parameter counts), for the quantity each of them estimates; the difference says what one "
-                    "counts that the other does not."}
+                    "counts that the other does not. The peers estimate a full fine-tune with Adam, so they are "
+                    "shown for the full fine-tune cells (fp32 baseline and pure bf16); every sim record keeps "
+                    "its own comparison in details.peers."}
 
 
 def unreadable_section(df: pd.DataFrame):
