@@ -21,7 +21,9 @@ import time
 import pytest
 import torch
 
-from bench import fakestep, matrix, simulate, train
+from bench.worker.sim import fakestep, simulate
+from bench import matrix
+from bench.worker import train
 
 STUDY = """
 studies:

@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from bench import gpumem, launch, matrix, record
+from bench.worker import gpumem
+from bench import launch, matrix, record
 
 GIB = 2**30
 TINY = {"mode": "cuda", "models": ["tiny-llama"]}

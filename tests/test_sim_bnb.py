@@ -6,7 +6,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 import bitsandbytes as bnb  # noqa: F401 - imported before any fake mode (its constants stay real)
-from bench import dist, fakestep, matrix, models, optimizers
+from bench.worker import dist, models, optimizers
+from bench.worker.sim import fakestep
+from bench import matrix
 
 pytestmark = pytest.mark.slow
 

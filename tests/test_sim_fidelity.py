@@ -8,8 +8,10 @@ import pytest
 # would otherwise be created, and counted, inside whichever run imports them first.
 import bitsandbytes  # noqa: F401
 import peft  # noqa: F401
-from bench import matrix, models, simulate, train
-from bench.memtrack import MemTracker
+from bench import matrix
+from bench.worker import models, train
+from bench.worker.sim import simulate
+from bench.worker.memtrack import MemTracker
 
 pytestmark = pytest.mark.slow
 TECHNIQUES = ["baseline", "amp-bf16", "gc", "lora+gc+bf16", "adamw8bit", "qlora", "ga2"]

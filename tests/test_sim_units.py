@@ -2,7 +2,9 @@
 verdict thresholds, the ZeRO paper's per-GPU arithmetic, and the CUDA attention routing."""
 import pytest
 
-from bench import cuda_alloc, sharding, verdicts
+from bench.worker import cuda_alloc
+from bench.worker.sim import sharding
+from bench import verdicts
 
 MiB, GiB = 2**20, 2**30
 
@@ -75,7 +77,7 @@ def test_partitioning_keeps_activations_and_adds_stage3_gathers():
 
 def test_cuda_attention_backend_choice():
     torch = pytest.importorskip("torch")
-    from bench.cuda_kernels import cuda_backend
+    from bench.worker.sim.cuda_kernels import cuda_backend
     q16 = torch.empty(1, 8, 16, 128, dtype=torch.bfloat16, device="meta")
     q32 = q16.float()
     mask = torch.empty(1, 1, 16, 16, dtype=torch.bool, device="meta")

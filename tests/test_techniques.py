@@ -6,8 +6,9 @@ import inspect
 import pytest
 import torch
 
-from bench import data, matrix, techniques as tech
-from bench.memtrack import MemTracker
+from bench.worker import data
+from bench import matrix, techniques as tech
+from bench.worker.memtrack import MemTracker
 
 STUDY = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"]}
 
@@ -154,7 +155,7 @@ def test_offload_buffer_names_exist_in_the_installed_deepspeed():
     """bench/zeromem.py finds DeepSpeed's host buffers by attribute name: a rename in a new
     DeepSpeed release must fail here, not silently put offloaded bytes back on the device."""
     from deepspeed.runtime.zero import stage3, stage_1_and_2
-    from bench import zeromem
+    from bench.worker import zeromem
     source = inspect.getsource(stage_1_and_2) + inspect.getsource(stage3)
     for flag, names in zeromem.HOST_BUFFERS.items():
         assert f"self.{flag}" in source

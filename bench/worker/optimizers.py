@@ -34,5 +34,5 @@ def state_tensors(optimizer) -> list:
     out += list(getattr(inner, "name2qmap", {}).values())  # bitsandbytes' 8-bit quantization maps
     for group in inner.param_groups:
         out.extend(group["params"])
-    from bench.dist import zero_buffers
+    from bench.worker.dist import zero_buffers
     return out + zero_buffers(optimizer, "optimizer")

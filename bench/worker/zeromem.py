@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.dist import _tensors_in
+from bench.worker.dist import _tensors_in
 
 # DeepSpeed optimizer attributes that hold host memory when the named offload is on.
 HOST_BUFFERS = {

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from bench import data, dist, models, optimizers, proofs, zeromem
+from bench.worker import data, dist, models, optimizers, proofs, zeromem
 
 AUTOCAST = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
 

@@ -36,7 +36,7 @@ def counts(model_config: str) -> dict:
     parameters (DeepSpeed's "largest layer") and the output head's."""
     import torch
     import transformers
-    from bench.models import load_config
+    from bench.worker.models import load_config
     config = load_config(model_config, "sdpa")
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)

@@ -34,7 +34,9 @@ Cells sim cannot run are skipped with the reason (``skip_reason``).
 """
 from __future__ import annotations
 
-from bench import fakestep, peers, sharding, train, verdicts
+from bench.worker.sim import fakestep, peers, sharding
+from bench.worker import train
+from bench import verdicts
 
 CUDA_MODEL = ("CUDA caching-allocator rounding (512-byte blocks), CUDA attention kernels "
               "(flash / memory-efficient footprint), CUDA kernel workspaces (flash backward, bnb gemm_4bit)")

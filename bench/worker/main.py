@@ -74,14 +74,14 @@ def run(spec: dict) -> dict:
         if importlib.util.find_spec("flash_attn") is None:
             raise Skip("flash-attn is not installed (pip install 'ft-membench[gpu]' on a CUDA machine)")
     import torch
-    from bench import train
-    from bench.memtrack import MemTracker
+    from bench.worker import train
+    from bench.worker.memtrack import MemTracker
     if spec["mode"] == "cpu":
         tracker = MemTracker(budget_bytes=spec["gpu_memory_bytes"])
         return train.train(spec, "cpu", tracker)
     if spec["mode"] == "cuda":
         return run_cuda(spec, torch, train, MemTracker)
-    from bench import simulate
+    from bench.worker.sim import simulate
     if simulate.skip_reason(spec["knobs"]):
         raise Skip(simulate.skip_reason(spec["knobs"]))
     return simulate.run(spec)
@@ -94,7 +94,7 @@ def run_cuda(spec, torch, train, MemTracker) -> dict:
     sampler thread watches the card from before the model loads (bench/gpumem.py)."""
     if not torch.cuda.is_available():
         raise Skip("cuda mode needs a CUDA device; none is visible")
-    from bench import gpumem
+    from bench.worker import gpumem
     index = int(os.environ.get("LOCAL_RANK", "0"))
     nvml, note = gpumem.open_nvml(index)
     facts = gpumem.cap_to_profile(spec, torch, index, nvml)
@@ -164,6 +164,3 @@ def host_rss_or_none():
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
-
-if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]))

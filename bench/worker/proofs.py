@@ -25,7 +25,7 @@ import os
 
 import torch
 
-from bench import optimizers, zeromem
+from bench.worker import optimizers, zeromem
 
 
 def _name(dtype) -> str:

@@ -37,8 +37,9 @@ from transformers import masking_utils
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.flop_counter import flop_registry
 
-from bench import cuda_alloc, cuda_kernels, models
-from bench.memtrack import CATEGORIES, PHASES, MemTracker
+from bench.worker import cuda_alloc, models
+from bench.worker.sim import cuda_kernels
+from bench.worker.memtrack import CATEGORIES, PHASES, MemTracker
 
 _SWAP_TENSORS = torch.utils.swap_tensors
 _IGNORE_CAUSAL_MASK = masking_utils._ignore_causal_mask_sdpa

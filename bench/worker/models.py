@@ -46,7 +46,7 @@ def checkpoint_dir(spec: dict) -> Path:
     saved by a child process, so that this worker's load-phase host RSS is loading only."""
     path = CACHE / "checkpoints" / f"{spec['model']}-seed{spec['seed']}"
     if not (path / "config.json").is_file():
-        subprocess.run([sys.executable, "-m", "bench.models", spec["model_config"], str(spec["seed"]), str(path)],
+        subprocess.run([sys.executable, "-m", "bench.worker.models", spec["model_config"], str(spec["seed"]), str(path)],
                        check=True)
     return path
 
