@@ -5,6 +5,8 @@
 #
 # Cells come from bench.matrix (the same loader pytest uses); a bad matrix stops here,
 # before anything runs. Each cell's rule reruns only when its spec changes (params).
+# One cell is one pytest-benchmark run of exactly that cell (bench/conftest.py --cell-out),
+# which starts one worker process: rule -> pytest -> worker.
 import json
 import sys
 
@@ -17,6 +19,9 @@ CELLS = load(MATRIX)
 # config gpu_models maps GPU profile names to a cluster's GPU types
 RES = CellResources(CELLS, config.get("gpu_models", {}))
 PY = sys.executable  # the interpreter snakemake runs in, wherever PATH points
+CELL_TEST = f"{workflow.basedir}/bench/test_cells.py"
+
+localrules: table, report
 
 
 def spec_of(wildcards):
@@ -48,8 +53,8 @@ rule cell:
         mem_mb=RES.mem_mb,
         runtime=RES.runtime,
     shell:
-        "{PY} -m bench.cellrule --matrix {MATRIX} --cell {wildcards.cell} --out {output}"
-        " --worker-logs results/logs > {log} 2>&1"
+        "exec {PY} -m pytest {CELL_TEST} --matrix {MATRIX} --cell {wildcards.cell} --cell-out {output}"
+        " --worker-logs results/logs -p no:cacheprovider -q -rA > {log} 2>&1"
 
 
 rule table:
@@ -65,7 +70,7 @@ rule table:
 
 rule report:
     input:
-        "results/table.csv",
+        rules.table.output,
     output:
         "results/report.html",
     log:

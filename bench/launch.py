@@ -3,7 +3,11 @@
 Torch-free: the parent only writes the spec, starts ``python -m bench.worker`` in a new
 process group, and blocks on it (no polling loop, no sampler processes). A worker that
 exits without a record, is killed, or outlives ``timeout_s`` still yields a record:
-``timeout`` or ``error`` with the tail of its log.
+``timeout`` or ``error`` with the tail of its log. The worker writes its progress (phase and
+step) unbuffered, so the tail says where it was. It dies with this process (bench/lifeline.py):
+no worker outlives the launcher, SIGKILL included.
+
+A skipped cell (``spec["skip_reason"]``, decided once when the matrix loaded) starts nothing.
 
 A cpu/cuda cell with world size N > 1 runs ``python -m torch.distributed.run --nproc_per_node
 N`` (rendezvous on 127.0.0.1 and a free port) around the same worker; each rank writes its
@@ -15,13 +19,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from bench import ranks, record
+from bench import lifeline, net, ranks, record
 
 ROOT = Path(__file__).resolve().parent.parent
 TAIL_LINES = 40
@@ -36,10 +39,13 @@ def run_cell(spec: dict, log_path: str | os.PathLike | None = None) -> dict:
         spec_path.write_text(json.dumps(spec))
         log = Path(log_path) if log_path else Path(tmp, "worker.log")
         log.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        env = dict(os.environ, PYTHONUNBUFFERED="1",
+                   PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
         with open(log, "w") as fh:
             proc = subprocess.Popen(worker_command(spec, spec_path, out_path), stdout=fh,
-                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                    preexec_fn=lifeline.die_with_parent)
+            lifeline.adopt(proc.pid)
             try:
                 code = proc.wait(timeout=spec["timeout_s"])
             except subprocess.TimeoutExpired:
@@ -50,6 +56,11 @@ def run_cell(spec: dict, log_path: str | os.PathLike | None = None) -> dict:
                     rec["details"]["ranks"] = [ranks.summary(k, r) for k, r in
                                                enumerate(ranks.collect(out_path, spec["world_size"]))]
                 return rec
+            except BaseException:  # Ctrl-C, or the collector failing: the worker goes with us
+                kill_all(proc, spec, out_path)
+                raise
+            finally:
+                lifeline.release(proc.pid)
         if ranks.multirank(spec):
             kill_ranks(spec, out_path)  # torchrun has exited; no rank may outlive it
             return ranks.merge(spec, ranks.collect(out_path, spec["world_size"]), exit_reason(code), tail(log))
@@ -65,14 +76,7 @@ def worker_command(spec: dict, spec_path: Path, out_path: Path) -> list[str]:
         return [sys.executable, *worker]
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
             "--nproc_per_node", str(spec["world_size"]), "--max_restarts", "0",
-            "--master_addr", "127.0.0.1", "--master_port", str(free_port()), *worker]
-
-
-def free_port() -> int:
-    """A loopback port free now (the OS picks it); torchrun's rendezvous binds it next."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+            "--master_addr", "127.0.0.1", "--master_port", str(net.free_loopback_port()), *worker]
 
 
 def kill_all(proc: subprocess.Popen, spec: dict, out_path: Path) -> None:

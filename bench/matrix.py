@@ -167,5 +167,5 @@ def _spec(ctx: dict, study: str, model: str, gpu: str, names: list[str], knobs: 
         "seed": shape["seed"],
         "ds_config": str(ds) if (knobs["dist"] or "").startswith("zero") else None,
         "verdict_gpus": {g: ctx["gpus"][g] for g in ctx["study_gpus"]} if mode == "sim" else {},
-        "skip_reason": tech.mode_skip_reason(names, mode),
+        "skip_reason": tech.skip_reason(names, knobs, mode),
     }

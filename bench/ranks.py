@@ -100,4 +100,18 @@ def _merge_ok(recs: list[dict]) -> dict:
     else:
         rec["tokens_per_s"] = sum(tokens) / max(seconds)
         rec["details"]["timed_tokens"], rec["details"]["timed_s"] = sum(tokens), max(seconds)
+    rec["details"]["timing_load"] = timing_load([r["details"].get("timing_load") for r in recs])
     return rec
+
+
+def timing_load(loads: list[dict | None]) -> dict | None:
+    """The cell's load beside its timed steps: each rank saw its sibling ranks as other load,
+    so they are taken back out (bench/worker/cpuload.py); the least any rank saw is kept."""
+    if not loads or any(not x or x.get("other_cores") is None or x.get("own_cores") is None for x in loads):
+        return None
+    own = [x["own_cores"] for x in loads]
+    outside = [max(0.0, x["other_cores"] - (sum(own) - x["own_cores"])) for x in loads]
+    out = dict(loads[0], own_cores=round(sum(own), 3), other_cores=round(min(outside), 3),
+               per_rank_other_cores=[x["other_cores"] for x in loads])
+    out["contended"] = out["other_cores"] > out["contended_above_cores"]
+    return out

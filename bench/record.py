@@ -70,6 +70,15 @@ def failure(spec: dict, status: str, reason: str, log_tail: str = "") -> dict:
     return rec
 
 
+def orphan(cell: str, reason: str) -> dict:
+    """An ``error`` record for a cell whose spec could not be had (the matrix no longer loads,
+    or no longer has the cell): only the id and the reason are known."""
+    rec = {k: None for k in FIELDS}
+    rec.update(cell=cell, status="error", reason=one_line(reason), techniques=[], log_tail="", details={},
+               versions={}, machine={})
+    return rec
+
+
 def one_line(text: str, limit: int = 500) -> str:
     """The last non-empty line of ``text`` (where exceptions put their message), clipped."""
     lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]

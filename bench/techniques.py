@@ -61,7 +61,8 @@ CATALOG: dict[str, Technique] = dict([
        overhead="little; faster on tensor-core GPUs"),
     _t("amp-fp16", {"precision": "amp-fp16"}, "fp16 autocast over fp32 master weights, gradient scaler",
        saves="activations", expected="significant (~50% of activations)",
-       overhead="loss-scaling bookkeeping"),
+       overhead="loss-scaling bookkeeping", modes=frozenset({"cpu", "cuda"}),
+       mode_note="the fp16 gradient scaler reads its inf/nan check back as a value, which fake tensors do not have"),
     _t("bf16", {"precision": "bf16"}, "pure bf16 weights, gradients and optimizer state",
        saves="parameters, gradients, optimizer", expected="~50% of model states",
        overhead="possible precision loss"),
@@ -81,7 +82,10 @@ CATALOG: dict[str, Technique] = dict([
     _t("adafactor", {"optimizer": "adafactor"},
        "Adafactor (factored second moment, no first moment; under ZeRO it gets flat 1-D partitions "
        "and cannot factor)",
-       saves="optimizer", expected="most of optimizer state", overhead="slower convergence possible"),
+       saves="optimizer", expected="most of optimizer state", overhead="slower convergence possible",
+       modes=frozenset({"cpu", "cuda"}),
+       mode_note="torch's Adafactor reads parameter norms back as values (.item()) in its step, which fake "
+                 "tensors do not have"),
     _t("lion8bit", {"optimizer": "lion8bit"}, "bitsandbytes 8-bit Lion (one uint8 state)",
        saves="optimizer", expected="~87% of optimizer state vs AdamW", overhead="retuning"),
     _t("sgd", {"optimizer": "sgd"}, "plain SGD with momentum (one state)",
@@ -132,7 +136,9 @@ CATALOG: dict[str, Technique] = dict([
        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", saves="temporaries",
        expected="less fragmentation (reserved closer to allocated)", modes=frozenset({"cuda"}),
        mode_note="a CUDA caching-allocator setting: it changes nothing off CUDA"),
-    _t("ckpt-load", {"load": "checkpoint"}, "load weights from a local checkpoint (from_pretrained)"),
+    _t("ckpt-load", {"load": "checkpoint"}, "load weights from a local checkpoint (from_pretrained)",
+       modes=frozenset({"cpu", "cuda"}),
+       mode_note="a load technique changes host memory while loading; a simulated step loads no weights"),
     _t("low-cpu-mem-usage", {"load": "checkpoint-low-cpu-mem-usage"},
        "from_pretrained(..., low_cpu_mem_usage=True) from a local checkpoint (transformers 5.x accepts "
        "the flag and ignores it: it always loads lazily)", saves="host memory at load",
@@ -208,10 +214,22 @@ RULES = [
 ]
 
 
-def mode_skip_reason(names: list[str], mode: str) -> str:
-    """Why a combination cannot run in ``mode`` (becomes a skipped record), or ''."""
+# Combinations that run in some modes but not others, beyond each technique's own ``modes``.
+MODE_RULES = [
+    (lambda k: k["dist"] in ZERO and k["precision"] == "bf16", frozenset({"cpu", "cuda"}),
+     "DeepSpeed's bf16 mode keeps fp32 master weights in its own optimizer, which the "
+     "single-process step that sim partitions does not run"),
+]
+
+
+def skip_reason(names: list[str], knobs: dict, mode: str) -> str:
+    """Why a combination cannot run in ``mode`` (becomes a skipped record), or ''. Decided
+    once, when the matrix loads (bench/matrix.py puts it in the cell's spec)."""
     for name in names:
         tech = lookup(name)
         if mode not in tech.modes:
             return f"{name} does not run in {mode} mode: {tech.mode_note}"
+    for rule, modes, reason in MODE_RULES:
+        if mode not in modes and rule(knobs):
+            return f"not in {mode} mode: {reason}"
     return ""

@@ -6,7 +6,7 @@ A Qwen2.5-7B-sized full fine-tune step (batch 1, seq 1024, torch AdamW with fore
 first step, which allocates the optimizer state) under fake tensors, timed:
 
 - untracked: the fake step alone (the floor),
-- ours: the same step under sim's tracker (bench/fakestep.SimTracker),
+- ours: the same step under sim's tracker (bench/worker/sim/fakestep.sim_tracker),
 - torch: the same step under torch's MemTracker (torch.distributed._tools.mem_tracker).
 
 Targets: ours within 1.5x of untracked, at least 5x faster than torch's, and both trackers
@@ -55,7 +55,7 @@ class Untracked:
 
 def one_step(spec, how: str) -> tuple[float, int | None]:
     """(seconds, peak bytes) of the first training step, counted ``how``."""
-    tracker = fakestep.SimTracker(cuda_model=False) if how == "ours" else Untracked()
+    tracker = fakestep.sim_tracker(cuda_model=False) if how == "ours" else Untracked()
     with fakestep.FakeRun(spec, tracker, cuda_model=False) as fake, \
             (tracker if how == "ours" else contextlib.nullcontext()):
         session = train.Session(spec, "cpu", tracker)

@@ -1,27 +1,9 @@
-"""Shared test helpers: small matrix files written into tmp dirs, pointing at the repo's
-model configs and GPU profiles, so tests run the real loader on real files."""
+"""Fixtures shared by the test suite (helpers themselves: tests/helpers.py)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
 
-REPO = Path(__file__).resolve().parent.parent
-MATRIX_DIR = REPO / "matrix"
-
-# The smallest shape that still runs a real optimizer step with its state allocated.
-TINY_SHAPE = {"batch_size": 1, "seq_len": 32, "steps": 1, "warmup_steps": 1, "timeout_s": 300}
-
-
-def write_matrix(folder: Path, studies: dict, name: str = "matrix.yaml", **top) -> Path:
-    """A matrix YAML in ``folder`` using the repo's models/ and gpus.yaml; returns its path."""
-    doc = {"models_dir": str(MATRIX_DIR / "models"), "gpus_file": str(MATRIX_DIR / "gpus.yaml"),
-           "deepspeed_dir": str(MATRIX_DIR / "deepspeed"),
-           "defaults": dict(TINY_SHAPE), **top, "studies": studies}
-    path = Path(folder) / name
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+from tests.helpers import write_matrix
 
 
 @pytest.fixture

@@ -40,12 +40,6 @@ def test_torchrun_only_for_multirank_cpu_and_cuda_cells(matrix_file):
     assert launch.worker_command(cells["tiny-llama__sim__zero3+w4"], spec_p, out_p) == plain  # sim: one process
 
 
-def test_launcher_side_stays_torch_free():
-    code = "import sys, bench.launch, bench.ranks, bench.resources; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
-
-
 def test_worker_alone_refuses_a_world_size_it_was_not_given(matrix_file, tmp_path):
     spec = load(matrix_file, c={**TINY, "techniques": ["zero3+w2"]})["tiny-llama__cpu__zero3+w2"]
     spec_p, out_p = tmp_path / "spec.json", tmp_path / "rec.json"

@@ -12,7 +12,7 @@ import pytest
 
 from bench import launch, matrix, record
 from report import table
-from tests.conftest import MATRIX_DIR
+from tests.helpers import MATRIX_DIR
 
 pytestmark = pytest.mark.slow
 
@@ -53,6 +53,7 @@ def test_a_cell_over_its_time_limit_is_a_timeout_record(tmp_path, matrix_file):
     rec = launch.run_cell(spec, tmp_path / "w.log")
     assert time.monotonic() - started < 30
     assert rec["status"] == "timeout" and "limit of 1 s" in rec["reason"]
+    assert "cell tiny-llama__cpu__baseline (cpu)" in rec["log_tail"], "the tail says how far the worker got"
     assert record.problems(rec) == []
 
 
@@ -76,11 +77,14 @@ def test_a_killed_worker_is_an_error_record_with_its_log_tail(tmp_path, matrix_f
     while not (pids := list(_worker_pids("tiny-qwen2__cpu__gc"))) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert pids, "worker never started"
-    time.sleep(1.0)  # let it print something first
+    log = tmp_path / "w.log"
+    while "step 1/" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)  # kill it inside its first step, so the tail has somewhere to point
     os.kill(pids[0], signal.SIGKILL)
     runner.join(60)
     assert result["status"] == "error"
     assert "killed by SIGKILL" in result["reason"]
+    assert "step 1/2 (warm-up)" in result["log_tail"], result["log_tail"]
     assert record.problems(result) == []
 
 

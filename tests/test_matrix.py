@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from bench import matrix
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 ID = re.compile(r"[a-z0-9.-]+__[a-z0-9.-]+__[a-z0-9.-]+(\+[a-z0-9.-]+)*")
 STUDY = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": ["gc", "lora+gc"]}

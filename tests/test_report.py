@@ -309,15 +309,6 @@ def test_build_writes_one_self_contained_file(built):
     assert re.search(r'<td class="num" data-sort="">—</td>', html)       # the oom row's peak
 
 
-def test_report_never_imports_torch():
-    code = ("import sys, report.table, report.build, report.plots, report.plot_pareto, report.plot_fits, "
-            "report.plot_steps, report.sections, report.recommend, report.claims; "
-            "bad = [m for m in ('torch', 'transformers') if m in sys.modules]; "
-            "sys.exit(f'imported {bad}' if bad else 0)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr + done.stdout
-
-
 def test_unknown_record_keys_are_kept(tmp_path):
     rec = demo_records()[0] | {"attempt": 2, "allocator": {"segments": 3}}
     df = table.to_frame([rec])

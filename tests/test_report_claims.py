@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from report import GIB, claims, recommend, table
-from test_report import failed, made, spec
+from tests.test_report import failed, made, spec
 
 N = 10_000_000            # parameters of the made-up cpu model
 M = "tiny-llama"

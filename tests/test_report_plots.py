@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from report import GIB, plot_fits, plot_pareto, plot_steps, sections, table
-from test_report import failed, spec
-from test_report_claims import BASE, cpu, cpu_records, sim_records
+from tests.test_report import failed, spec
+from tests.test_report_claims import BASE, cpu, cpu_records, sim_records
 
 
 @pytest.fixture(scope="module")

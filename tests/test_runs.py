@@ -10,7 +10,7 @@ import pytest
 
 from bench import record
 from report import table
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 STUDY = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": ["baseline", "gc"]}
@@ -26,7 +26,7 @@ def run_bench(matrix_path, out_json, *select):
 
 @pytest.fixture(scope="module")
 def together(tmp_path_factory):
-    from tests.conftest import write_matrix
+    from tests.helpers import write_matrix
     folder = tmp_path_factory.mktemp("together")
     path = write_matrix(folder, {"s": STUDY})
     return path, run_bench(path, folder / "bench.json")

@@ -1,5 +1,5 @@
 """bitsandbytes in sim mode holds exactly the bytes real bitsandbytes holds: the NF4 stand-in
-(bench.fakestep.qlora_base) against a real 4-bit load (bench.models.qlora_base) of the same
+(bench.worker.sim.fakestep.qlora_base) against a real 4-bit load (bench.worker.models.load_qlora_base) of the same
 tiny model, and 8-bit optimizer state after a fake step against a real CPU step."""
 import pytest
 import torch
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def spec(tmp_path_factory):
-    from tests.conftest import write_matrix
+    from tests.helpers import write_matrix
     study = {"mode": "cpu", "models": ["tiny-qwen2"], "gpus": ["cpu"], "techniques": ["qlora"]}
     return matrix.load(write_matrix(tmp_path_factory.mktemp("bnb"), {"s": study}))["tiny-qwen2__cpu__qlora"]
 
@@ -30,8 +30,8 @@ def storages(model) -> list:
 
 def test_nf4_stand_in_holds_the_bytes_of_a_real_4bit_load(spec):
     config = models.load_config(spec["model_config"], "sdpa")
-    real = models.qlora_base(spec, config, "cpu")
-    with fakestep.FakeRun(spec, fakestep.SimTracker(cuda_model=False), cuda_model=False):
+    real = models.load_qlora_base(spec, config, "cpu")
+    with fakestep.FakeRun(spec, fakestep.sim_tracker(cuda_model=False), cuda_model=False):
         fake = fakestep.qlora_base(spec, config, "cpu")
         fake_storages = storages(fake)
     assert isinstance(next(fake.parameters()), FakeTensor)

@@ -13,7 +13,7 @@ TECHNIQUES = ["baseline", "amp-fp16", "zero2+bf16+w2"]
 
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
-    from tests.conftest import write_matrix
+    from tests.helpers import write_matrix
     folder = tmp_path_factory.mktemp("simcells")
     studies = {"sim-7b": {"mode": "sim", "models": ["qwen2.5-7b"], "gpus": GPUS, "techniques": TECHNIQUES,
                           "batch_size": 1, "seq_len": 256},

@@ -20,7 +20,7 @@ KEYS = ("peak_bytes", "breakdown_bytes", "phase_peak_bytes", "step_peak_bytes", 
 
 @pytest.fixture(scope="module")
 def cells(tmp_path_factory):
-    from tests.conftest import write_matrix
+    from tests.helpers import write_matrix
     study = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": TECHNIQUES,
              "batch_size": 2, "seq_len": 32}
     return matrix.load(write_matrix(tmp_path_factory.mktemp("fidelity"), {"s": study}))
@@ -31,7 +31,7 @@ def bnb_warm(cells):
     """The first 4-bit load in a process creates bitsandbytes' cached constants (1 KiB) that
     later loads reuse; make that happen before the runs compared."""
     spec = cells["tiny-llama__cpu__qlora"]
-    models.qlora_base(spec, models.load_config(spec["model_config"], "sdpa"), "cpu")
+    models.load_qlora_base(spec, models.load_config(spec["model_config"], "sdpa"), "cpu")
 
 
 @pytest.mark.parametrize("technique", TECHNIQUES)

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def states(tmp_path_factory):
-    from tests.conftest import write_matrix
+    from tests.helpers import write_matrix
     study = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"],
              "techniques": ["baseline", "amp-bf16", "bf16", "adamw8bit"]}
     cells = matrix.load(write_matrix(tmp_path_factory.mktemp("states"), {"s": study}))
@@ -69,7 +69,7 @@ def test_8bit_adamw_state(states):
 
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory):
-    from tests.conftest import write_matrix
+    from tests.helpers import write_matrix
     study = {"mode": "sim", "models": ["tiny-llama"], "gpus": ["rtx-4090"],
              "techniques": ["baseline", "zero1+w4", "zero2+w4", "zero3+w4", "fsdp+w4"]}
     cells = matrix.load(write_matrix(tmp_path_factory.mktemp("sharded"), {"s": study}))

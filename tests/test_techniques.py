@@ -66,9 +66,27 @@ def test_combinations_that_work_are_not_refused(combo):
     ("fa2", "cpu", "flash-attn kernels exist only for CUDA"),
     ("gc+expandable-segments", "cpu", "changes nothing off CUDA"),
     ("low-cpu-mem-usage", "sim", "loads nothing"),
+    ("ckpt-load", "sim", "loads no weights"),
+    ("amp-fp16", "sim", "gradient scaler"),
+    ("adafactor", "sim", ".item()"),
+    ("zero3+bf16", "sim", "fp32 master weights"),
 ])
 def test_a_technique_outside_its_modes_is_a_skip_with_the_reason(combo, mode, words):
-    assert words in tech.mode_skip_reason(combo.split("+"), mode)
+    names = combo.split("+")
+    assert words in tech.skip_reason(names, tech.knobs(names), mode)
+
+
+def test_skips_are_decided_when_the_matrix_loads_and_no_worker_starts(matrix_file, tmp_path):
+    """One decision, in the spec; the launcher honours it without starting a process."""
+    from bench import launch, matrix
+    study = {"mode": "sim", "models": ["qwen2.5-7b"], "gpus": ["rtx-4090"], "techniques": ["adafactor", "lora"]}
+    cells = matrix.load(matrix_file({"s": study}))
+    assert "Adafactor" in cells["qwen2.5-7b__sim__adafactor"]["skip_reason"]
+    assert cells["qwen2.5-7b__sim__lora"]["skip_reason"] == ""
+    log = tmp_path / "w.log"
+    rec = launch.run_cell(cells["qwen2.5-7b__sim__adafactor"], log)
+    assert rec["status"] == "skipped" and "Adafactor" in rec["reason"]
+    assert not log.exists(), "a skipped cell must not start a worker"
 
 
 def test_every_technique_has_its_metadata_for_the_report():

@@ -25,7 +25,7 @@ PARAMS = 9 * LAYERS + 3  # weight tensors: 7 linear + 2 norms per block; embeddi
 
 @pytest.fixture(scope="module")
 def recs(tmp_path_factory):
-    from tests.conftest import write_matrix
+    from tests.helpers import write_matrix
     folder = tmp_path_factory.mktemp("techniques")
     base = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"]}
     path = write_matrix(folder, {
@@ -198,7 +198,7 @@ def test_expandable_segments_reach_the_cuda_allocator(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    from tests.conftest import write_matrix
+    from tests.helpers import write_matrix
     path = write_matrix(tmp_path, {"g": {"mode": "cuda", "models": ["tiny-llama"], "gpus": ["h100-80gb"],
                                          "techniques": ["expandable-segments"]}})
     out = {"+".join(s["techniques"]): launch.run_cell(s, tmp_path / f"{s['cell']}.log")

@@ -26,12 +26,15 @@ import sys
 import time
 import traceback
 
-from bench import ranks, record
+from bench import atomic, lifeline, ranks, record
+from bench.worker.progress import say
 
 
 def main(spec_path: str, out_path: str) -> int:
     started = time.time()
+    lifeline.die_with_parent()  # under torchrun the parent is its agent; alone, the launcher
     spec = json.loads(open(spec_path).read())
+    say(f"cell {spec['cell']} ({spec['mode']})")
     rank = int(os.environ["RANK"]) if ranks.multirank(spec) and "RANK" in os.environ else None
     if rank is not None:
         ranks.pid_path(out_path, rank).write_text(str(os.getpid()))
@@ -57,15 +60,17 @@ def main(spec_path: str, out_path: str) -> int:
     rec["wall_s"] = round(time.time() - started, 3)
     if rec["status"] != "ok":
         rec["host_peak_rss_bytes"] = host_rss_or_none()
-    record.write_atomic(out_path, rec)
+    say(f"record: {rec['status']} {rec['reason']}".rstrip())
+    atomic.write_json(out_path, rec)
     print(json.dumps(rec, sort_keys=True))
     return 1 if rank is not None and rec["status"] != "ok" else 0
 
 
 def run(spec: dict) -> dict:
-    """Measurements for ``spec`` in its mode."""
-    if spec["skip_reason"]:
-        raise Skip(spec["skip_reason"])
+    """Measurements for ``spec`` in its mode. Whether the combination can run in this mode
+    was decided when the matrix loaded (``spec["skip_reason"]``; the launcher starts no
+    worker for a skipped cell); what is checked here is this machine: flash-attn installed,
+    a CUDA device present."""
     if ranks.multirank(spec) and os.environ.get("WORLD_SIZE") != str(spec["world_size"]):
         raise RuntimeError(f"world size {spec['world_size']} needs that many ranks: run the cell through "
                            "bench.launch (torchrun), not the worker alone")
@@ -76,14 +81,13 @@ def run(spec: dict) -> dict:
     import torch
     from bench.worker import train
     from bench.worker.memtrack import MemTracker
+    say("torch imported")
     if spec["mode"] == "cpu":
         tracker = MemTracker(budget_bytes=spec["gpu_memory_bytes"])
         return train.train(spec, "cpu", tracker)
     if spec["mode"] == "cuda":
         return run_cuda(spec, torch, train, MemTracker)
     from bench.worker.sim import simulate
-    if simulate.skip_reason(spec["knobs"]):
-        raise Skip(simulate.skip_reason(spec["knobs"]))
     return simulate.run(spec)
 
 
@@ -94,7 +98,7 @@ def run_cuda(spec, torch, train, MemTracker) -> dict:
     sampler thread watches the card from before the model loads (bench/gpumem.py)."""
     if not torch.cuda.is_available():
         raise Skip("cuda mode needs a CUDA device; none is visible")
-    from bench.worker import gpumem
+    from bench.worker import cuda_alloc, gpumem
     index = int(os.environ.get("LOCAL_RANK", "0"))
     nvml, note = gpumem.open_nvml(index)
     facts = gpumem.cap_to_profile(spec, torch, index, nvml)
@@ -104,7 +108,7 @@ def run_cuda(spec, torch, train, MemTracker) -> dict:
         sampler.start()
     torch.cuda.reset_peak_memory_stats(index)
     try:
-        out = train.train(spec, "cuda", MemTracker(rounding=lambda n: -(-n // 512) * 512))
+        out = train.train(spec, "cuda", MemTracker(rounding=cuda_alloc.round_size))
     except Exception as exc:
         exc.details = {"cuda": gpumem.finish(torch, index, sampler, facts)}  # kept in the oom/error record
         raise

@@ -24,6 +24,12 @@ followed by wrapping that method while the tracker is active.
 
 ``rounding`` maps a storage's byte count to what an allocator would hand out (sim mode
 passes the CUDA caching allocator's rounding); the default counts exact bytes.
+
+Seams for sim mode (bench/worker/sim/fakestep.py), so that it never reaches into this
+tracker's state: ``op_hooks`` are called after every op with (func, args, kwargs, out)
+(FLOP counting, kernel workspaces); ``transient(nbytes)`` counts scratch memory a kernel
+takes and frees inside one op; ``phase_breakdown()`` gives the categories at each phase's
+own peak (ZeRO's analytic partitioning needs them).
 """
 from __future__ import annotations
 
@@ -35,8 +41,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other")
-PHASES = ("forward", "backward", "optimizer")
+from bench.record import CATEGORIES, PHASES
 
 
 class OutOfBudget(torch.OutOfMemoryError if hasattr(torch, "OutOfMemoryError") else RuntimeError):
@@ -48,8 +53,10 @@ def _key(storage) -> int:
 
 
 class MemTracker(TorchDispatchMode):
-    def __init__(self, budget_bytes: int | None = None, rounding=None):
+    def __init__(self, budget_bytes: int | None = None, rounding=None, op_hooks=(), phase_sets: bool = False):
         super().__init__()
+        self.op_hooks = list(op_hooks)
+        self.phase_sets = phase_sets  # keep each phase's peak live set (costs a copy per new phase peak)
         self.budget = budget_bytes
         self.rounding = rounding or (lambda n: n)
         self.live: dict[int, tuple] = {}    # storage key -> (serial, counted bytes, birth phase)
@@ -67,6 +74,8 @@ class MemTracker(TorchDispatchMode):
         self.host_peak = 0
         self.host_phases: set = set()       # phases whose new storages are born on the host
         self._resize_saved = None
+        self.phase_live: dict[str, list] = {}  # phase -> live entries at that phase's peak
+        self._phase_dirty = None
 
     # -- in-place storage resizes -----------------------------------------------------
     def __enter__(self):
@@ -143,13 +152,33 @@ class MemTracker(TorchDispatchMode):
                     f"out of memory: {self.total} live bytes over the device profile's {self.budget}")
         if self.phase in self.phase_peak and self.total > self.phase_peak[self.phase]:
             self.phase_peak[self.phase] = self.total
+            if self.phase_sets:
+                self._phase_dirty = self.phase
         if self.total > self.step_peak:
             self.step_peak = self.total
 
     def _snapshot_if_peak(self) -> None:
+        self._snapshot_phase()
         if self._peak_dirty:  # first free after a new high-water mark: the live set is the peak's
             self.peak_live = list(self.live.values())
             self._peak_dirty = False
+
+    def _snapshot_phase(self) -> None:
+        if self._phase_dirty:  # likewise for the current phase's own peak
+            self.phase_live[self._phase_dirty] = list(self.live.values())
+            self._phase_dirty = None
+
+    def transient(self, nbytes: int) -> None:
+        """Count ``nbytes`` allocated and freed again at once: scratch a kernel takes inside
+        one op (allocated after the op's outputs, freed before it returns)."""
+        nbytes = self.rounding(nbytes)
+        if nbytes <= 0:
+            return
+        self.serials += 1
+        key = -self.serials  # never a storage address
+        self.live[key] = (self.serials, nbytes, self.phase)
+        self._grow(nbytes)
+        self._free(key)
 
     def _free(self, key: int) -> None:
         if key in self.host:
@@ -188,6 +217,7 @@ class MemTracker(TorchDispatchMode):
         before = self.peak
         self.peak, self._peak_dirty, self.peak_live = self.total, True, []
         self.phase_peak = dict.fromkeys(PHASES, 0)
+        self.phase_live, self._phase_dirty = {}, None
         self.step_peak = self.total
         return before
 
@@ -196,6 +226,8 @@ class MemTracker(TorchDispatchMode):
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self.track(t)
+        for hook in self.op_hooks:
+            hook(func, args, kwargs, out)
         return out
 
     # -- what things are --------------------------------------------------------------
@@ -207,10 +239,12 @@ class MemTracker(TorchDispatchMode):
 
     @contextmanager
     def in_phase(self, phase: str):
+        self._snapshot_phase()  # a phase's peak set is complete when the phase ends
         prev, self.phase = self.phase, phase
         try:
             yield
         finally:
+            self._snapshot_phase()
             self.phase = prev
 
     def start_step(self) -> None:
@@ -223,6 +257,17 @@ class MemTracker(TorchDispatchMode):
         out = dict.fromkeys(CATEGORIES, 0)
         for serial, nbytes, born in entries:
             out[self._category(serial, born)] += nbytes
+        return out
+
+    def phase_breakdown(self) -> dict[str, dict[str, int]]:
+        """{phase: bytes per category at that phase's peak}, each summing to phase_peak[phase]."""
+        self._snapshot_phase()
+        out = {}
+        for phase in PHASES:
+            cats = dict.fromkeys(CATEGORIES, 0)
+            for serial, nbytes, born in self.phase_live.get(phase, []):
+                cats[self._category(serial, born)] += nbytes
+            out[phase] = cats
         return out
 
     def host_breakdown(self) -> dict[str, int]:

@@ -19,7 +19,7 @@ import torch
 import transformers
 
 ATTN = {"sdpa": "sdpa", "eager": "eager", "fa2": "flash_attention_2"}
-CACHE = Path(os.environ.get("FT_MEMBENCH_CACHE", Path(__file__).resolve().parent.parent / "results" / "cache"))
+CACHE = Path(os.environ.get("FT_MEMBENCH_CACHE", Path(__file__).resolve().parents[2] / "results" / "cache"))
 
 
 def load_config(path: str, attn: str) -> transformers.PretrainedConfig:
@@ -80,7 +80,7 @@ def from_checkpoint(spec: dict, config, knobs: dict, device, **extra) -> torch.n
     return model
 
 
-def qlora_base(spec: dict, config, device) -> torch.nn.Module:
+def load_qlora_base(spec: dict, config, device) -> torch.nn.Module:
     """NF4 base weights with double quantization (bitsandbytes), 16-bit compute: the QLoRA
     recipe. The other weights (embeddings, norms, head) are upcast to fp32 as peft's
     ``prepare_model_for_kbit_training`` does, except under pure bf16, which keeps them bf16."""
@@ -113,13 +113,15 @@ def enable_checkpointing(model) -> None:
     enable({"use_reentrant": False})
 
 
-def build(spec: dict, device) -> torch.nn.Module:
-    """The model for ``spec``, ready to train: weights, precision, adapters, checkpointing."""
+def build(spec: dict, device, qlora_base=None) -> torch.nn.Module:
+    """The model for ``spec``, ready to train: weights, precision, adapters, checkpointing.
+    ``qlora_base(spec, config, device)`` builds QLoRA's 4-bit base (default: this module's,
+    from a local checkpoint; sim mode passes one that needs no checkpoint)."""
     knobs = spec["knobs"]
     config = load_config(spec["model_config"], knobs["attn"])
     torch.manual_seed(spec["seed"])
     if knobs["adapter"] == "qlora":
-        model = qlora_base(spec, config, device)
+        model = (qlora_base or load_qlora_base)(spec, config, device)
     elif knobs["load"] != "random-init":
         model = from_checkpoint(spec, config, knobs, device)
     else:

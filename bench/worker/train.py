@@ -15,7 +15,8 @@ import time
 
 import torch
 
-from bench.worker import data, dist, models, optimizers, proofs, zeromem
+from bench.worker import cpuload, data, dist, models, optimizers, proofs, zeromem
+from bench.worker.progress import say
 
 AUTOCAST = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
 
@@ -27,11 +28,14 @@ def host_peak_rss() -> int:
 class Session:
     """Model, optimizer and the three calls a step makes, whatever wraps them."""
 
-    def __init__(self, spec: dict, device, tracker):
+    def __init__(self, spec: dict, device, tracker, qlora_base=None):
+        """``qlora_base``: how QLoRA's 4-bit base model is built (models.qlora_base loads it
+        from a checkpoint; sim mode passes its own, which quantizes without one)."""
         knobs = spec["knobs"]
         self.spec, self.device, self.tracker = spec, torch.device(device), tracker
         self.accum = knobs["accum"]
-        self.model = models.build(spec, device)
+        say("building the model")
+        self.model = models.build(spec, device, qlora_base=qlora_base)
         tracker.mark("parameters", dist.parameter_tensors(self.model))
         self.optimizer = optimizers.make(knobs["optimizer"], self.model)
         self.engine = None
@@ -67,11 +71,13 @@ class Session:
         t = self.tracker
         call = self.engine or self.model
         before = t.total
+        say("forward")
         with t.in_phase("forward"), self.autocast:
             loss = call(**micro).loss
         self.forward_retained = max(self.forward_retained, t.total - before)
         if self.spec["knobs"]["dist"] == "fsdp":  # its gathered full weights are parameters, not activations
             t.mark("parameters", dist.fsdp_unsharded_tensors(self.model))
+        say("backward")
         with t.in_phase("backward"):
             if self.engine:
                 self.engine.backward(loss)
@@ -84,6 +90,7 @@ class Session:
     def optimizer_step(self) -> None:
         t = self.tracker
         t.mark("gradients", dist.gradient_tensors(self.model, self.optimizer))
+        say("optimizer step")
         with t.in_phase("optimizer"):
             if self.engine:
                 self.engine.step()
@@ -111,13 +118,14 @@ def synchronize(device) -> None:
 
 
 def train(spec: dict, device, tracker, sim=None) -> dict:
-    """``sim`` is sim mode's hook (bench.simulate.FakeRun): it sees the built session, hands the
-    steps their batches as a real run would see them, and wraps each step (FLOP counting);
-    cpu and cuda pass None."""
+    """``sim`` is sim mode's hook (bench.worker.sim.fakestep.FakeRun): it builds QLoRA's base
+    without a checkpoint, sees the built session, hands the steps their batches as a real run
+    would see them, and wraps each step (FLOP counting); cpu and cuda pass None."""
     knobs = spec["knobs"]
     out: dict = {}
+    window = cpuload.Window()
     with tracker:
-        session = Session(spec, device, tracker)
+        session = Session(spec, device, tracker, qlora_base=sim.qlora_base if sim else None)
         out["load_host_peak_rss_bytes"] = host_peak_rss()
         build_peak = tracker.reset_peak()  # loading's staging copies are host memory on a GPU run
         if torch.device(device).type == "cuda":  # torch's peak counters measure the same span as the tracker
@@ -134,6 +142,9 @@ def train(spec: dict, device, tracker, sim=None) -> dict:
         batches = data.batches(knobs["batching"], spec["batch_size"], spec["seq_len"],
                                vocab, total, spec["seed"] + dist.rank(), device)
         for i, batch in enumerate(sim.batches(session, batches) if sim else batches):
+            say(f"step {i + 1}/{total}" + (" (warm-up)" if i < spec["warmup_steps"] else ""))
+            if i == spec["warmup_steps"]:
+                window.__enter__()
             tracker.start_step()
             synchronize(device)
             t0 = time.perf_counter()
@@ -147,7 +158,10 @@ def train(spec: dict, device, tracker, sim=None) -> dict:
             if i >= spec["warmup_steps"]:
                 step_s.append(dt)
                 tokens += batch["real_tokens"]
+        window.__exit__(None, None, None)
+        say("steps done")
         out["details"] = session_details(session)
+        out["details"]["timing_load"] = window.facts()
         out["details"].update(build_peak_bytes=build_peak, pad_tokens=pads, batch_widths=widths)
         if tracker.host:
             out["details"].update(offloaded_bytes=tracker.host_breakdown(), offloaded_peak_bytes=tracker.host_peak)

@@ -39,11 +39,11 @@ from torch.utils.flop_counter import flop_registry
 
 from bench.worker import cuda_alloc, models
 from bench.worker.sim import cuda_kernels
-from bench.worker.memtrack import CATEGORIES, PHASES, MemTracker
+from bench.worker.memtrack import MemTracker
+from bench.techniques import BNB_OPTIMIZERS
 
 _SWAP_TENSORS = torch.utils.swap_tensors
 _IGNORE_CAUSAL_MASK = masking_utils._ignore_causal_mask_sdpa
-BNB_OPTIMIZERS = {"adamw8bit", "paged-adamw8bit", "lion8bit"}
 
 
 @contextlib.contextmanager
@@ -57,73 +57,25 @@ def swapped(obj, name: str, value):
         setattr(obj, name, old)
 
 
-class SimTracker(MemTracker):
-    """bench.memtrack.MemTracker plus what sim needs: CUDA kernels' scratch held for the
-    length of the op, and the live set at each phase's peak (for ZeRO's analytic partitioning)."""
-
-    def __init__(self, cuda_model: bool = True, budget_bytes=None):
-        super().__init__(budget_bytes=budget_bytes, rounding=cuda_alloc.round_size if cuda_model else None)
-        self.workspaces = cuda_model
-        self.phase_live: dict[str, list] = {}
-        self._phase_dirty = None
-        self.flops = None  # an int while FLOPs are being counted
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = super().__torch_dispatch__(func, types, args, kwargs)
-        if self.flops is not None:
-            self.flops += count_flops(func, args, kwargs, out)
-        if self.workspaces:
-            scratch = cuda_kernels.workspace_bytes(func, args, kwargs)
-            if scratch:  # allocated after the op's outputs, freed before it returns
-                self.serials += 1
-                key = -self.serials  # never a storage address
-                self.live[key] = (self.serials, self.rounding(scratch), self.phase)
-                self._grow(self.rounding(scratch))
-                self._free(key)
-        return out
-
-    def _grow(self, nbytes: int) -> None:
-        before = self.phase_peak.get(self.phase)
-        super()._grow(nbytes)
-        if before is not None and self.phase_peak[self.phase] != before:
-            self._phase_dirty = self.phase
-
-    def _snapshot_if_peak(self) -> None:
-        self._snapshot_phase()
-        super()._snapshot_if_peak()
-
-    def _snapshot_phase(self) -> None:
-        if self._phase_dirty:
-            self.phase_live[self._phase_dirty] = list(self.live.values())
-            self._phase_dirty = None
-
-    @contextlib.contextmanager
-    def in_phase(self, phase: str):
-        self._snapshot_phase()  # a phase's peak set is complete when the phase ends
-        with super().in_phase(phase):
-            yield
-        self._snapshot_phase()
-
-    def phase_breakdown(self) -> dict[str, dict[str, int]]:
-        """{phase: bytes per category at that phase's peak}, each summing to phase_peak[phase]."""
-        self._snapshot_phase()
-        out = {}
-        for phase in PHASES:
-            cats = dict.fromkeys(CATEGORIES, 0)
-            for serial, nbytes, born in self.phase_live.get(phase, []):
-                cats[self._category(serial, born)] += nbytes
-            out[phase] = cats
-        return out
+def sim_tracker(cuda_model: bool = True, budget_bytes=None) -> MemTracker:
+    """The tracker of a sim step: the CUDA caching allocator's rounding (with ``cuda_model``)
+    and each phase's peak live set kept (ZeRO's analytic partitioning needs them). FakeRun
+    adds its op hooks (FLOPs, CUDA kernel workspaces)."""
+    return MemTracker(budget_bytes=budget_bytes, rounding=cuda_alloc.round_size if cuda_model else None,
+                      phase_sets=True)
 
 
 class FakeRun:
     """Sim mode's context (fake tensors and the patches above) and bench.train's ``sim`` hook."""
 
-    def __init__(self, spec: dict, tracker: SimTracker, cuda_model: bool = True):
+    def __init__(self, spec: dict, tracker: MemTracker, cuda_model: bool = True):
         self.knobs, self.tracker = spec["knobs"], tracker
+        self.qlora_base = qlora_base  # bench.worker.train's seam: QLoRA's base without a checkpoint
         self.cuda_model = cuda_model
         self.flop_step = spec["warmup_steps"]  # the first timed step: warm-up has built the state
         self.flops = None
+        self._counting = None  # FLOPs so far while the FLOP step runs, else None
+        tracker.op_hooks.append(self._after_op)
         self.session = None
         self.mode = None
         self._all_ones = False
@@ -138,7 +90,6 @@ class FakeRun:
         s = self._stack
         self.mode = s.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
         s.enter_context(swapped(torch.utils, "swap_tensors", self._swap_tensors))
-        s.enter_context(swapped(models, "qlora_base", qlora_base))
         s.enter_context(swapped(masking_utils, "_ignore_causal_mask_sdpa", self._ignore_causal_mask_sdpa))
         if self.knobs["optimizer"] in BNB_OPTIMIZERS or self.knobs["adapter"] == "qlora":
             import bitsandbytes.functional as bnbf
@@ -183,16 +134,23 @@ class FakeRun:
             padding_mask = None  # all ones: what fast_all(mask) finds in a real run
         return _IGNORE_CAUSAL_MASK(padding_mask, *args, **kwargs)
 
+    def _after_op(self, func, args, kwargs, out) -> None:
+        """The tracker's op hook: FLOPs while counting, and CUDA kernels' scratch."""
+        if self._counting is not None:
+            self._counting += count_flops(func, args, kwargs, out)
+        if self.cuda_model:
+            self.tracker.transient(cuda_kernels.workspace_bytes(func, args, kwargs))
+
     @contextlib.contextmanager
     def step(self, index: int):
         if index != self.flop_step:
             yield
             return
-        self.tracker.flops = 0
+        self._counting = 0
         try:
             yield
         finally:
-            self.flops, self.tracker.flops = self.tracker.flops, None
+            self.flops, self._counting = self._counting, None
 
 
 def _gemm_4bit_flops(a, b, shape_b, *args, out_val=None, **kwargs) -> int:
@@ -223,7 +181,7 @@ def real(fn):
 
 
 def qlora_base(spec: dict, config, device) -> torch.nn.Module:
-    """bench.models.qlora_base without a checkpoint: the random-init model with every Linear
+    """bench.worker.models.load_qlora_base without a checkpoint: the random-init model with every Linear
     but the output head replaced by bitsandbytes NF4 ``Linear4bit`` (double quantization,
     bf16 compute), quantized by bitsandbytes itself, then peft's kbit preparation."""
     import bitsandbytes as bnb

@@ -31,7 +31,7 @@ the single-process step does not have; sim skips zero* + bf16 for that reason).
 """
 from __future__ import annotations
 
-from bench.worker.memtrack import CATEGORIES, PHASES
+from bench.record import CATEGORIES, PHASES
 
 PARTITIONED = {
     "zero1": ("optimizer",),

@@ -30,7 +30,7 @@ counts them: at most 512 B per parameter tensor); bitsandbytes' paged optimizers
 their state with cudaMallocManaged, outside torch's allocator (sim counts it as resident
 device memory, which it is until evicted); allocator fragmentation and the CUDA context are
 left to the verdict's reserve; T4 (no bf16 kernels) is flagged in ``details.verdict_notes``.
-Cells sim cannot run are skipped with the reason (``skip_reason``).
+Cells sim cannot run are skipped records, decided when the matrix loads (bench/techniques.py).
 """
 from __future__ import annotations
 
@@ -42,20 +42,6 @@ CUDA_MODEL = ("CUDA caching-allocator rounding (512-byte blocks), CUDA attention
               "(flash / memory-efficient footprint), CUDA kernel workspaces (flash backward, bnb gemm_4bit)")
 
 
-def skip_reason(knobs: dict) -> str:
-    """Why sim cannot run these knobs ('' if it can); the worker turns it into a skipped record."""
-    if knobs["dist"] and knobs["dist"].startswith("zero") and knobs["precision"] == "bf16":
-        return ("DeepSpeed's bf16 mode keeps fp32 master weights in its own optimizer, which the "
-                "single-process step that sim partitions does not run")
-    if knobs["precision"] == "amp-fp16":
-        return "the fp16 gradient scaler reads its inf/nan check back as a value, which fake tensors do not have"
-    if knobs["optimizer"] == "adafactor":
-        return "torch's Adafactor reads parameter norms back as values (.item()) in its step, which fake tensors do not have"
-    if knobs["load"] != "random-init":
-        return "a load technique changes host memory while loading; a simulated step loads no weights"
-    return ""
-
-
 def single_process(spec: dict) -> dict:
     """The spec of the step sim runs: the cell without its sharding engine (one process)."""
     knobs = dict(spec["knobs"], dist=None, world_size=1)
@@ -64,17 +50,15 @@ def single_process(spec: dict) -> dict:
 
 def simulate_step(spec: dict, cuda_model: bool = True):
     """(record fields, tracker, hook) of the cell's single-process step under fake tensors."""
-    tracker = fakestep.SimTracker(cuda_model=cuda_model)
+    tracker = fakestep.sim_tracker(cuda_model=cuda_model)
     with fakestep.FakeRun(spec, tracker, cuda_model=cuda_model) as fake:
         out = train.train(spec, "cpu", tracker, sim=fake)
     return out, tracker, fake
 
 
 def run(spec: dict, cuda_model: bool = True) -> dict:
-    """Record fields for a sim cell (see the module docstring); the worker checks
-    ``skip_reason`` first."""
-    if skip_reason(spec["knobs"]):
-        raise ValueError(skip_reason(spec["knobs"]))
+    """Record fields for a sim cell (see the module docstring). What sim cannot run was
+    decided when the matrix loaded (bench/techniques.py ``skip_reason``)."""
     step = single_process(spec)
     out, tracker, fake = simulate_step(step, cuda_model)
     phases = tracker.phase_breakdown()

@@ -1,0 +1,1 @@
+"""The test suite (an importable package: shared helpers live in tests/helpers.py)."""
