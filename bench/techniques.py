@@ -2,7 +2,7 @@
 
 Torch-free: the matrix loader validates combinations with it before anything runs, and the
 report reads its metadata. The worker reads the resulting knobs (``knobs()``) and acts on
-them in bench/train.py; no technique is a branch scattered through the worker.
+them in bench/worker/train.py; no technique is a branch scattered through the worker.
 
 A cell's technique list is composed with ``+`` (``lora+gc+bf16``). Each entry sets knobs;
 two entries setting the same knob is an impossible combination (two precisions, two

@@ -40,7 +40,7 @@ studies:
 
 
 class Untracked:
-    """The tracker interface bench.train.Session calls, counting nothing."""
+    """The tracker interface bench.worker.train.Session calls, counting nothing."""
     peak = total = 0
 
     def mark(self, *args):

@@ -3,7 +3,7 @@
     verdicts(peak_bytes, {gpu: profile}) -> {gpu: "fits" | "tight" | "oom"}
 
 A simulated peak counts what the training step allocates through PyTorch's caching allocator
-(bench/cuda_alloc.py). A real process needs more of the card than that:
+(bench/worker/cuda_alloc.py). A real process needs more of the card than that:
 
 - CUDA context: driver state and the kernels loaded into it. With lazy module loading
   (CUDA >= 11.7, PyTorch's default) about 300-400 MB per process (PyTorch maintainers in

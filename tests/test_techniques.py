@@ -170,7 +170,7 @@ def test_reset_peak_keeps_loading_out_of_the_training_peak():
 
 
 def test_offload_buffer_names_exist_in_the_installed_deepspeed():
-    """bench/zeromem.py finds DeepSpeed's host buffers by attribute name: a rename in a new
+    """bench/worker/zeromem.py finds DeepSpeed's host buffers by attribute name: a rename in a new
     DeepSpeed release must fail here, not silently put offloaded bytes back on the device."""
     from deepspeed.runtime.zero import stage3, stage_1_and_2
     from bench.worker import zeromem

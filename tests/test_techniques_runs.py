@@ -1,6 +1,6 @@
 """Each technique was applied, not only configured: real tiny cells, each in its own worker,
 checked against the baseline of the same model and shape. Every assertion reads a fact the
-worker observed (record ``details``, bench/proofs.py) or a measured byte count, and would
+worker observed (record ``details``, bench/worker/proofs.py) or a measured byte count, and would
 fail with the technique switched off (the baseline is that cell).
 
 All cells run once per session, two workers at a time (2 cores), in a module fixture.

@@ -95,7 +95,7 @@ def run_cuda(spec, torch, train, MemTracker) -> dict:
     """Real GPU run on this rank's device, capped to the cell's GPU profile when the card is
     bigger: torch.cuda's peak statistics are the measurement; the tracker only splits that
     peak into categories (allocator rounding and workspaces go to ``other``); an NVML
-    sampler thread watches the card from before the model loads (bench/gpumem.py)."""
+    sampler thread watches the card from before the model loads (bench/worker/gpumem.py)."""
     if not torch.cuda.is_available():
         raise Skip("cuda mode needs a CUDA device; none is visible")
     from bench.worker import cuda_alloc, gpumem

@@ -13,7 +13,7 @@ been configured (tests/test_techniques_runs.py does):
 - gradient_checkpointing, activation_bytes_after_forward: what forward left alive for
   backward (falls with checkpointing and with accumulation's smaller micro-batches)
 - attn_implementation: the attention kernel the model runs
-- zero: ZeRO stage, offload, partitioned parameters (bench/zeromem.py); fsdp_sharded_params
+- zero: ZeRO stage, offload, partitioned parameters (bench/worker/zeromem.py); fsdp_sharded_params
 - grad_scaler_scale: the fp16 loss scale in use
 - loaded_from, name_or_path, low_cpu_mem_usage_passed: how the weights got there
 - cuda_alloc_conf, cuda_expandable_segments (cuda only): the allocator setting the worker

@@ -180,5 +180,5 @@ def train(spec: dict, device, tracker, sim=None) -> dict:
 
 
 def session_details(session: Session) -> dict:
-    """Facts that prove the knobs acted (bench/proofs.py)."""
+    """Facts that prove the knobs acted (bench/worker/proofs.py)."""
     return proofs.collect(session)

@@ -1,6 +1,6 @@
 """The real training step under fake tensors: sim mode's context, hook and tracker.
 
-``FakeRun`` is what bench/simulate.py wraps around ``bench.train.train(spec, "cpu", tracker,
+``FakeRun`` is what bench/worker/sim/simulate.py wraps around ``bench.worker.train.train(spec, "cpu", tracker,
 sim=fake_run)``: the same Session, model code (transformers), adapters (peft), optimizers
 (torch, bitsandbytes) and loop as a real cpu run, on FakeTensorMode tensors of device cpu, so
 nothing is allocated. What it has to add, each for a stated reason:
@@ -22,7 +22,7 @@ nothing is allocated. What it has to add, each for a stated reason:
   weight and quant state, bytes equal to a real load: tests/test_sim_bnb.py), wrapped in the
   real ``bnb.nn.Linear4bit`` modules whose forward and autograd run unchanged.
 - With ``cuda_model`` on: the CUDA allocator's rounding, CUDA's attention kernels and kernel
-  workspaces (bench/cuda_alloc.py, bench/cuda_kernels.py). Off, the step counts exactly what
+  workspaces (bench/worker/cuda_alloc.py, bench/worker/sim/cuda_kernels.py). Off, the step counts exactly what
   a real cpu run counts (tests/test_sim_fidelity.py).
 - FLOPs: torch.utils.flop_counter's formulas, counted by the tracker over the first step after
   warm-up (``count_flops``).

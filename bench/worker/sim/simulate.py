@@ -3,25 +3,25 @@
     python -m bench.worker SPEC.json RECORD.json      # a cell of a `mode: sim` study
     simulate.run(spec) -> dict of record fields        # what bench/worker.py calls
 
-The step is bench/train.py's (same Session, transformers model, peft adapters, torch and
+The step is bench/worker/train.py's (same Session, transformers model, peft adapters, torch and
 bitsandbytes optimizers, same loop), run on FakeTensorMode tensors of device cpu
-(bench/fakestep.py): shapes, dtypes and storages exist, no memory is allocated, so a 70B
+(bench/worker/sim/fakestep.py): shapes, dtypes and storages exist, no memory is allocated, so a 70B
 model simulates in a few hundred MiB of host memory (``host_peak_rss_bytes`` proves it).
-The tracker (bench/memtrack.py) counts every storage as the CUDA caching allocator would
-(bench/cuda_alloc.py), attention and kernel scratch as CUDA runs them (bench/cuda_kernels.py).
+The tracker (bench/worker/memtrack.py) counts every storage as the CUDA caching allocator would
+(bench/worker/cuda_alloc.py), attention and kernel scratch as CUDA runs them (bench/worker/sim/cuda_kernels.py).
 
 The record (provenance "simulated"):
 
 - ``peak_bytes``, ``breakdown_bytes``, ``phase_peak_bytes``, ``step_peak_bytes``: per GPU.
   For ZeRO/FSDP cells the single-process step is partitioned analytically per rank
-  (bench/sharding.py; ``details.zero_partitioning`` says so, ``details.unpartitioned`` keeps
+  (bench/worker/sim/sharding.py; ``details.zero_partitioning`` says so, ``details.unpartitioned`` keeps
   the step's own figures, and ``step_peak_bytes`` is None: no per-step series per rank).
 - ``flops_per_step``: torch.utils.flop_counter's formulas over the first step after warm-up
   (one rank's micro-batches), so checkpointing's recomputation shows.
 - ``verdicts`` {gpu: fits|tight|oom} for every GPU of the study, from one simulation
   (bench/verdicts.py); ``details.verdict_rule``, ``details.verdict_reserve_bytes``,
   ``details.verdict_notes``.
-- ``details.peers``: DeepSpeed's and accelerate's estimates beside ours (bench/peers.py).
+- ``details.peers``: DeepSpeed's and accelerate's estimates beside ours (bench/worker/sim/peers.py).
 - ``step_s_median``, ``tokens_per_s``: None; a fake step's time says nothing about a GPU.
 
 Known differences from a real CUDA run, kept small and stated rather than patched over:
