@@ -59,7 +59,7 @@ def test_8bit_optimizer_state_is_real_bitsandbytes_state(name):
 
     real, real_is_fake = step()
     knobs = {"optimizer": name, "adapter": None}
-    with fakestep.FakeRun({"knobs": knobs, "warmup_steps": 1}, None, cuda_model=False):
+    with fakestep.FakeRun({"knobs": knobs, "warmup_steps": 1}, fakestep.sim_tracker(cuda_model=False), cuda_model=False):
         fake, fake_is_fake = step()
     assert (real_is_fake, fake_is_fake) == (False, True)
     assert fake == real
