@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import matrix, record
+from bench import atomic, matrix, record
 
 TEST = Path(__file__).with_name("test_cells.py")
 
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
         if doc is None:
             rec = record.failure(spec, "error", f"pytest exited with code {code} and left no benchmark record")
             doc = {"benchmarks": [{"name": f"test_cell[{args.cell}]", "extra_info": rec}]}
-        record.write_atomic(out, doc)
+        atomic.write_json(out, doc)
     return 0
 
 

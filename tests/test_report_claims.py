@@ -47,7 +47,8 @@ def cpu_records():
 
 def sim(techs, nbytes_gib, verdicts, flops, **kw):
     det = {"verdict_rule": RULE, "verdict_reserve_bytes": 2 * GIB} | kw.pop("details", {})
-    return made(spec(BIG, "sim", techs, mode="sim", batch_size=1, seq_len=512, **kw.pop("shape", {})),
+    return made(spec(BIG, "sim", techs, mode="sim", batch_size=1, seq_len=512, verdict_gpus=tuple(verdicts),
+                     **kw.pop("shape", {})),
                 {k: v * GIB for k, v in nbytes_gib.items()}, verdicts=verdicts, flops_per_step=flops,
                 params_total=70_553_706_496, details=det, **kw)
 

@@ -26,7 +26,7 @@ import sys
 import time
 import traceback
 
-from bench import ranks, record
+from bench import atomic, ranks, record
 
 
 def main(spec_path: str, out_path: str) -> int:
@@ -57,7 +57,7 @@ def main(spec_path: str, out_path: str) -> int:
     rec["wall_s"] = round(time.time() - started, 3)
     if rec["status"] != "ok":
         rec["host_peak_rss_bytes"] = host_rss_or_none()
-    record.write_atomic(out_path, rec)
+    atomic.write_json(out_path, rec)
     print(json.dumps(rec, sort_keys=True))
     return 1 if rank is not None and rec["status"] != "ok" else 0
 
