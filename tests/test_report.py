@@ -36,7 +36,7 @@ def spec(model, gpu, techs, mode="cuda", verdict_gpus=SIM_GPUS, **kw):
             "techniques": list(techs), "knobs": techniques.knobs(names), "mode": mode, "world_size": 1,
             "batch_size": 4, "seq_len": 512, "steps": 3, "warmup_steps": 1,
             "gpu_memory_bytes": None if mode == "sim" else CAPACITY.get(gpu, 16 * GIB),
-            "verdict_gpus": {g: {"memory_bytes": CAPACITY[g]} for g in verdict_gpus} if mode == "sim" else {}} | kw
+            "verdict_gpus": {g: {"memory_bytes": CAPACITY.get(g, 16 * GIB)} for g in verdict_gpus} if mode == "sim" else {}} | kw
 
 
 def contract_details(sp, **given) -> dict:
@@ -243,6 +243,18 @@ def test_comparison_with_baseline(frame):
     sim = sections.summary_row(by_cell.loc["qwen2.5-7b__sim__lora"], frame)
     assert sim["speed"] == "\N{MINUS SIGN}32.2%"                # FLOPs per step, not throughput
     assert sections.summary_row(by_cell.loc["llama-3.2-1b__a100-80g__baseline"], frame)["saved"] == "reference"
+
+
+def test_difficulty_order_lives_in_the_catalogue(monkeypatch, frame):
+    assert {t.difficulty for t in techniques.CATALOG.values()} <= set(techniques.DIFFICULTIES)
+    with pytest.raises(ValueError, match="difficulty 'trivial' not one of"):
+        techniques.Technique("x", {}, "x", difficulty="trivial")
+    lora = frame.set_index("cell", drop=False).loc["llama-3.2-1b__a100-80g__lora"]
+    assert compare.difficulty_rank("gc") == 0 and sections.summary_row(lora, frame)["difficulty_sort"] == "1"
+    monkeypatch.setattr(techniques, "DIFFICULTIES", ("high", "medium", "low"))   # the report follows it
+    assert compare.difficulty_rank("gc") == 2 and compare.difficulty_rank("zero3-offload") == 0
+    assert sections.summary_row(lora, frame)["difficulty_sort"] == "1"
+    assert "DIFFICULTY" not in (ROOT / "report" / "compare.py").read_text()
 
 
 def test_baseline_fallback_without_baseline_cell():
