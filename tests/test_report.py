@@ -368,3 +368,14 @@ def test_build_with_nothing_readable(tmp_path):
     assert "Results that could not be read" in html and 'id="mode-' not in html
     empty = build.render(table.to_frame([]), commit="abc1234", built_at="now")
     assert "0 cells" in empty
+
+
+def test_every_column_the_report_reads_is_one_the_table_writes():
+    """Category and phase columns come from record.CATEGORIES / PHASES; a name typed in report/
+    must be one of the table's columns."""
+    read = set()
+    for path in (ROOT / "report").glob("*.py"):
+        read |= set(re.findall(r"""\[["'](\w+_(?:bytes|s_median|per_step|per_s))["']\]""", path.read_text()))
+    assert read and read <= set(table.COLUMNS), read - set(table.COLUMNS)
+    assert table.BREAKDOWN_COLUMNS == tuple(f"{c}_bytes" for c in record.CATEGORIES)
+    assert table.PHASE_COLUMNS == tuple(f"{p}_peak_bytes" for p in record.PHASES)
