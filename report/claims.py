@@ -228,12 +228,20 @@ def in_range(value, bounds) -> bool:
     return not missing(value) and bounds[0] <= float(value) <= bounds[1]
 
 
+def model_sizes(df) -> dict[str, int]:
+    """{model: parameter count}: the largest ``params_total`` of the model's ok rows. A QLoRA
+    cell counts its NF4 weights as packed storage (two per byte), about half the model, so the
+    model's size comes from its unquantized cells when the run has any."""
+    ok = ok_rows(df)
+    return {m: int(n) for m, n in ok.groupby("model")["params_total"].max().items() if not missing(n)} if len(ok) else {}
+
+
 def qlora_70b(df, t):
     out = []
-    big = ok_rows(df)
+    big, sizes = ok_rows(df), model_sizes(df)
     if len(big):
         big = big[big.apply(lambda r: knobs(r).get("adapter") == "qlora"
-                            and in_range(r["params_total"], [b * 1e9 for b in t["params_b"]]), axis=1).astype(bool)]
+                            and in_range(sizes.get(r["model"]), [b * 1e9 for b in t["params_b"]]), axis=1).astype(bool)]
     rank = {"fits": HOLDS, "tight": PARTLY, "oom": NOT}
     for mode, rows in big.groupby("mode", sort=False):
         evidence, outcomes = [], []

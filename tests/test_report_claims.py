@@ -246,3 +246,16 @@ def test_no_technique_name_patterns_in_the_report():
     for path in (ROOT / "report").glob("*.py"):
         text = path.read_text()
         assert "re.compile" not in text and "knobs_of" not in text, path.name
+
+
+def test_qlora_model_size_comes_from_the_unquantized_cells():
+    """A QLoRA record counts NF4 weights packed two per byte (about half the model): the model's
+    size is its largest count in the table, whatever the model is called."""
+    def rec(techs, n, verdicts):
+        r = sim(techs, {"parameters": 40}, verdicts, 1e15, params_total=n)
+        return r | {"model": "big-model", "cell": r["cell"].replace(BIG, "big-model")}
+    qlora = rec(["qlora"], 36_360_953_856, {"l40s": "fits"})
+    alone = {r["key"]: r for r in claims.evaluate(table.to_frame([qlora]))}["qlora-70b"]
+    assert alone["verdict"] == "not measured here"
+    both = [qlora, rec(["baseline"], 70_553_706_496, {"l40s": "oom"})]
+    assert {r["key"]: r for r in claims.evaluate(table.to_frame(both))}["qlora-70b"]["verdict"] == "holds"
