@@ -229,6 +229,10 @@ def main(argv=None) -> int:
     write_csv(df, args.out)
     counts = ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
     print(f"{args.out}: {len(df)} rows ({counts})", file=sys.stderr)
+    for start in ("record breaks the contract", "record does not match", "no results file", "unreadable results file"):
+        hits = df.loc[df["reason"].str.startswith(start), "cell"].tolist()
+        if hits:   # said where a person running it will see it, not only inside the table
+            print(f"  {len(hits)} x {start}: {', '.join(hits[:5])}{' ...' if len(hits) > 5 else ''}", file=sys.stderr)
     return 0
 
 
