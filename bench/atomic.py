@@ -1,8 +1,12 @@
-"""Atomic file writes, one home for them. Torch-free.
+"""Atomic file writes: a reader sees the old file or the new one, never half of one.
 
-A reader (Snakemake, the table, a person) sees the old file or the new one, never half of
-one: the text goes to a temporary file in the same folder, is fsynced, then ``os.replace``d
-over the target. A kill at any point leaves the old file intact.
+    write_text(path, text)     # any text (the table CSV, the report HTML, a manifest)
+    write_json(path, obj)      # a record or a pytest-benchmark document (indent 1, sorted keys)
+
+How: write a temp file in the same folder, fsync it, then ``os.replace`` it over the target
+(atomic on POSIX within one file system). If anything fails, the temp file is removed and
+the old file is left as it was. Torch-free and dependency-free: the worker, the launcher,
+the table and the report all write through here.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ def write_text(path: str | os.PathLike, text: str) -> None:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are meant to be shared
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600: results are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -29,6 +33,7 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def write_json(path: str | os.PathLike, obj) -> None:
+    # Serialise first: an object that cannot be written must leave the old file untouched.
     write_text(path, json.dumps(obj, indent=1, sort_keys=True))
 
 

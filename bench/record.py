@@ -6,44 +6,79 @@ module, and none of them may pay for (or depend on) a torch import.
 Contract (every key is always present; a number that was not measured is ``None``):
 
 - identity: ``cell``, ``study``, ``baseline_cell`` (the cell this one compares against),
-  ``model``, ``gpu``, ``techniques`` (list), ``mode`` (cpu|cuda|sim),
+  ``model``, ``gpu``, ``techniques`` (list), ``knobs`` (what the techniques resolve to:
+  bench.techniques.DEFAULT_KNOBS with the cell's settings), ``mode`` (cpu|cuda|sim),
   ``provenance`` (cpu-measured | cuda-measured | simulated), ``world_size``
 - outcome: ``status`` (ok|oom|error|timeout|skipped), ``reason`` (one line, "" when ok),
   ``log_tail`` (last lines of the worker's output, failures only)
 - memory (bytes): ``peak_bytes``, ``breakdown_bytes`` (the six ``CATEGORIES``, summing to
   ``peak_bytes``), ``reserved_peak_bytes`` (cuda only), ``phase_peak_bytes``
-  (forward/backward/optimizer), ``step_peak_bytes`` (one per step, warm-up included),
+  (the ``PHASES``), ``step_peak_bytes`` (one per step, warm-up included),
   ``host_peak_rss_bytes`` (worker, whole run), ``load_host_peak_rss_bytes`` (after load),
-  ``gpu_memory_bytes`` (capacity of the cell's device profile)
+  ``gpu_memory_bytes`` (capacity of the cell's device profile; cpu and cuda),
+  ``verdict_gpu_memory_bytes`` ({gpu: capacity} of every GPU a sim cell is judged against;
+  {} in cpu and cuda)
 - shape and speed: ``batch_size``, ``seq_len``, ``steps``, ``warmup_steps``,
   ``step_s_median``, ``tokens_per_s`` (tokens of the timed steps / their total time),
   ``flops_per_step`` (sim), ``params_total``, ``params_trainable``
-- sim only: ``verdicts`` ({gpu: fits|tight|oom})
+- sim only: ``verdicts`` ({gpu: fits|tight|oom}, one per ``verdict_gpu_memory_bytes`` entry)
 - context: ``versions``, ``machine``, ``started_at``, ``wall_s``, ``details`` (free-form
-  facts a technique proved about itself, e.g. the optimizer state dtype)
+  facts a technique proved about itself, e.g. the optimizer state dtype; the keys the report
+  reads are ``REPORT_DETAILS``, with the records that must carry them)
+
+``problems(rec)`` checks all of this; the table (report/table.py) turns a record that fails
+it into an ``error`` row saying why, so a record that breaks the contract never shows as ok.
 """
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from pathlib import Path
+from bench import techniques
 
 STATUSES = ("ok", "oom", "error", "timeout", "skipped")
 MODES = ("cpu", "cuda", "sim")
 PROVENANCE = {"cpu": "cpu-measured", "cuda": "cuda-measured", "sim": "simulated"}
 CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other")
+MODEL_STATES = CATEGORIES[:3]   # what ZeRO/FSDP shard: parameters, gradients, optimizer state
 PHASES = ("forward", "backward", "optimizer")
+VERDICTS = ("fits", "tight", "oom")
 
 FIELDS = (
-    "cell", "study", "baseline_cell", "model", "gpu", "techniques", "mode", "provenance", "world_size",
-    "status", "reason", "log_tail",
+    "cell", "study", "baseline_cell", "model", "gpu", "techniques", "knobs", "mode", "provenance",
+    "world_size", "status", "reason", "log_tail",
     "peak_bytes", "breakdown_bytes", "reserved_peak_bytes", "phase_peak_bytes",
     "step_peak_bytes", "host_peak_rss_bytes", "load_host_peak_rss_bytes", "gpu_memory_bytes",
+    "verdict_gpu_memory_bytes",
     "batch_size", "seq_len", "steps", "warmup_steps", "step_s_median", "tokens_per_s",
     "flops_per_step", "params_total", "params_trainable",
     "verdicts", "versions", "machine", "started_at", "wall_s", "details",
 )
+# The fields a record takes from its cell spec (blank() sets them before anything runs).
+SPEC_FIELDS = ("cell", "study", "baseline_cell", "model", "gpu", "techniques", "knobs", "mode",
+               "provenance", "world_size", "batch_size", "seq_len", "steps", "warmup_steps",
+               "gpu_memory_bytes", "verdict_gpu_memory_bytes")
+SHAPE_FIELDS = ("world_size", "batch_size", "seq_len", "steps", "warmup_steps")
+BYTE_FIELDS = ("peak_bytes", "reserved_peak_bytes", "host_peak_rss_bytes", "load_host_peak_rss_bytes",
+               "params_total", "params_trainable")
+NUMBER_FIELDS = ("step_s_median", "tokens_per_s", "flops_per_step", "wall_s")
+
+# The ``details`` keys the report reads: {key: (type, which records must carry it, what it is)}.
+# Any record that has one must have it in this type; the records named must have it.
+REPORT_DETAILS = {
+    "optimizer_state_dtypes": (list, "ok", "dtypes of the optimizer state (claims: Adam is 2x fp16)"),
+    "verdict_rule": (str, "sim ok", "the rule the verdicts follow (page notes)"),
+    "verdict_reserve_bytes": (int, "sim ok", "bytes the verdict adds to the peak (page notes)"),
+    "verdict_notes": (dict, "sim ok", "{gpu: caveat} of the verdicts (page notes)"),
+    "peers": (list, "sim ok", "DeepSpeed's and accelerate's estimates beside ours (peer table)"),
+    "zero_partitioning": (str, "sim ok sharded", "says the sharding was worked out analytically"),
+    "ranks": (list, "measured ok multi-rank", "each rank's peak (claims: per-GPU peak under ZeRO-3)"),
+    "device_name": (str, "cuda ok", "the physical GPU the cell ran on (summary group title)"),
+}
+_MUST = {
+    "ok": lambda r: True,
+    "sim ok": lambda r: r["mode"] == "sim",
+    "sim ok sharded": lambda r: r["mode"] == "sim" and bool(r["knobs"].get("dist")),
+    "measured ok multi-rank": lambda r: r["mode"] != "sim" and r["world_size"] > 1,
+    "cuda ok": lambda r: r["mode"] == "cuda",
+}
 
 
 def blank(spec: dict) -> dict:
@@ -52,10 +87,11 @@ def blank(spec: dict) -> dict:
     rec.update(
         cell=spec["cell"], study=spec.get("study"), baseline_cell=spec.get("baseline_cell"),
         model=spec["model"], gpu=spec["gpu"],
-        techniques=list(spec["techniques"]), mode=spec["mode"],
+        techniques=list(spec["techniques"]), knobs=dict(spec["knobs"]), mode=spec["mode"],
         provenance=PROVENANCE[spec["mode"]], world_size=spec["world_size"],
         batch_size=spec["batch_size"], seq_len=spec["seq_len"], steps=spec["steps"],
         warmup_steps=spec["warmup_steps"], gpu_memory_bytes=spec["gpu_memory_bytes"],
+        verdict_gpu_memory_bytes={g: p["memory_bytes"] for g, p in spec["verdict_gpus"].items()},
         status="error", reason="", log_tail="", details={},
         breakdown_bytes=None, versions={}, machine={},
     )
@@ -86,45 +122,122 @@ def one_line(text: str, limit: int = 500) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def problems(rec: dict) -> list[str]:
-    """What is wrong with ``rec`` against the contract above; empty when it holds."""
+def problems(rec) -> list[str]:
+    """What is wrong with ``rec`` against the contract above; empty when it holds.
+    Never raises, whatever JSON it is given (a corrupt file must become a reason, not a crash)."""
+    if not isinstance(rec, dict):
+        return [f"a record is a JSON object, not {type(rec).__name__}"]
     out = [f"missing key {k!r}" for k in FIELDS if k not in rec]
     if out:
         return out
+    out = _identity_problems(rec)
+    if not _readable(rec):  # the checks below read mode, knobs, the shape and the status
+        return out
+    out += _number_problems(rec)
+    if rec["status"] == "ok":
+        out += _ok_problems(rec)
+    elif not rec["reason"]:
+        out.append(f"status {rec['status']!r} without a reason")
+    return out + _details_problems(rec)
+
+
+def _readable(rec: dict) -> bool:
+    knobs = rec["knobs"]
+    return (rec["mode"] in MODES and rec["status"] in STATUSES and isinstance(knobs, dict)
+            and set(knobs) == set(techniques.DEFAULT_KNOBS) and all(_count(rec[k]) for k in SHAPE_FIELDS))
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _identity_problems(rec: dict) -> list[str]:
+    out = []
+    for key in ("cell", "model", "gpu"):
+        if not isinstance(rec[key], str) or not rec[key]:
+            out.append(f"{key} {rec[key]!r} is not a name")
+    techs = rec["techniques"]
+    if not isinstance(techs, list) or not techs or not all(isinstance(t, str) and t for t in techs):
+        out.append(f"techniques {techs!r} is not a list of names")
     if rec["status"] not in STATUSES:
         out.append(f"status {rec['status']!r} not in {STATUSES}")
     if rec["mode"] not in MODES:
         out.append(f"mode {rec['mode']!r} not in {MODES}")
-    if rec["provenance"] != PROVENANCE.get(rec["mode"]):
+    elif rec["provenance"] != PROVENANCE[rec["mode"]]:
         out.append(f"provenance {rec['provenance']!r} does not match mode {rec['mode']!r}")
-    if rec["status"] == "ok":
-        bd = rec["breakdown_bytes"] or {}
-        if set(bd) != set(CATEGORIES):
-            out.append(f"breakdown_bytes keys {sorted(bd)} != {sorted(CATEGORIES)}")
-        elif rec["peak_bytes"] is None or sum(bd.values()) != rec["peak_bytes"]:
-            out.append(f"breakdown sums to {sum(bd.values())}, peak_bytes is {rec['peak_bytes']}")
-        for key in ("step_s_median", "tokens_per_s", "host_peak_rss_bytes"):
-            if rec[key] is None and rec["mode"] != "sim":
-                out.append(f"{key} missing on an ok {rec['mode']} record")
-    elif not rec["reason"]:
-        out.append(f"status {rec['status']!r} without a reason")
+    knobs = rec["knobs"]
+    if not isinstance(knobs, dict) or set(knobs) != set(techniques.DEFAULT_KNOBS):
+        got = sorted(knobs) if isinstance(knobs, dict) else knobs
+        out.append(f"knobs {got!r} are not the catalogue's knobs {sorted(techniques.DEFAULT_KNOBS)}")
+    for key in SHAPE_FIELDS:
+        if not _count(rec[key]) or rec[key] < 1:
+            out.append(f"{key} {rec[key]!r} is not a count of at least 1")
+    if out:
+        return out
+    for key in ("world_size", "batch_size", "seq_len"):  # the knobs must say what the record ran
+        if knobs[key] is not None and knobs[key] != rec[key]:
+            out.append(f"knobs say {key} {knobs[key]}, the record ran {rec[key]}")
+    return out + _capacity_problems(rec)
+
+
+def _capacity_problems(rec: dict) -> list[str]:
+    out, cap, caps = [], rec["gpu_memory_bytes"], rec["verdict_gpu_memory_bytes"]
+    if rec["mode"] != "sim" and (not _count(cap) or cap < 1):
+        out.append(f"gpu_memory_bytes {cap!r} is not the capacity of the {rec['mode']} device")
+    if not isinstance(caps, dict) or not all(_count(v) and v > 0 for v in caps.values()):
+        out.append(f"verdict_gpu_memory_bytes {caps!r} is not {{gpu: bytes}}")
+    elif rec["mode"] == "sim" and not caps:
+        out.append("verdict_gpu_memory_bytes is empty: a sim cell is judged against at least one GPU")
     return out
 
 
-def write_atomic(path: str | os.PathLike, obj) -> None:
-    """Write JSON so that a reader sees the old file or the new one, never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=1, sort_keys=True)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would make shared results unreadable to others
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _number_problems(rec: dict) -> list[str]:
+    out = [f"{k} {rec[k]!r} is not a byte count" for k in BYTE_FIELDS
+           if rec[k] is not None and (not _count(rec[k]) or rec[k] < 0)]
+    out += [f"{k} {rec[k]!r} is not a number" for k in NUMBER_FIELDS
+            if rec[k] is not None and (isinstance(rec[k], bool) or not isinstance(rec[k], (int, float)))]
+    steps = rec["step_peak_bytes"]
+    if steps is not None and not (isinstance(steps, list) and all(_count(b) or b is None for b in steps)):
+        out.append(f"step_peak_bytes {steps!r} is not a list of byte counts")
+    return out
+
+
+def _ok_problems(rec: dict) -> list[str]:
+    out = []
+    bd = rec["breakdown_bytes"]
+    if not isinstance(bd, dict) or set(bd) != set(CATEGORIES):
+        out.append(f"breakdown_bytes keys {sorted(bd) if isinstance(bd, dict) else bd!r} != {sorted(CATEGORIES)}")
+    elif not all(_count(v) and v >= 0 for v in bd.values()):
+        out.append(f"breakdown_bytes {bd!r} holds something other than byte counts")
+    elif rec["peak_bytes"] is None or sum(bd.values()) != rec["peak_bytes"]:
+        out.append(f"breakdown sums to {sum(bd.values())}, peak_bytes is {rec['peak_bytes']}")
+    phases = rec["phase_peak_bytes"]
+    if not isinstance(phases, dict) or set(phases) != set(PHASES) or not all(_count(v) for v in phases.values()):
+        out.append(f"phase_peak_bytes {phases!r} is not {{phase: bytes}} for {PHASES}")
+    needed = ("params_total", "params_trainable") + (() if rec["mode"] == "sim" else
+                                                     ("step_s_median", "tokens_per_s", "host_peak_rss_bytes"))
+    out += [f"{k} missing on an ok {rec['mode']} record" for k in needed if rec[k] is None]
+    if rec["mode"] == "sim":
+        verdicts, caps = rec["verdicts"], rec["verdict_gpu_memory_bytes"]
+        if not isinstance(verdicts, dict) or not verdicts or not set(verdicts.values()) <= set(VERDICTS):
+            out.append(f"verdicts {verdicts!r} is not {{gpu: {'|'.join(VERDICTS)}}}: an ok sim record has verdicts")
+        elif isinstance(caps, dict) and set(verdicts) != set(caps):
+            out.append(f"verdicts for {sorted(verdicts)} but capacities for {sorted(caps)}")
+    return out
+
+
+def _details_problems(rec: dict) -> list[str]:
+    details = rec["details"]
+    if not isinstance(details, dict):
+        return [f"details {details!r} is not an object"]
+    out = []
+    for key, (kind, who, _what) in REPORT_DETAILS.items():
+        value = details.get(key)
+        if value is None:
+            if rec["status"] == "ok" and _MUST[who](rec):
+                out.append(f"details.{key} missing on a record of kind {who!r}")
+        elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            out.append(f"details.{key} is {type(value).__name__}, the report reads a {kind.__name__}")
+        elif kind is list and key in ("peers", "ranks") and not all(isinstance(x, dict) for x in value):
+            out.append(f"details.{key} holds something other than objects")
+    return out

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 
 ALL_MODES = frozenset({"cpu", "cuda", "sim"})
+DIFFICULTIES = ("low", "medium", "high")   # easiest first: the order the report ranks changes by
+WORKLOAD_KNOBS = ("batch_size", "seq_len")  # knobs that change the workload itself, not how it runs
 
 # The defaults every cell starts from: the baseline is exactly these.
 DEFAULT_KNOBS = {
@@ -45,6 +47,10 @@ class Technique:
     overhead: str = "-"         # what common advice says it costs
     modes: frozenset = field(default=ALL_MODES)  # modes in which it can run at all
     mode_note: str = ""         # why a mode is missing (becomes the skipped record's reason)
+
+    def __post_init__(self):
+        if self.difficulty not in DIFFICULTIES:
+            raise ValueError(f"{self.name}: difficulty {self.difficulty!r} not one of {DIFFICULTIES}")
 
 
 def _t(name, sets, summary, **kw):

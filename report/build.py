@@ -3,7 +3,9 @@
     python -m report.build results/table.csv --out results/report.html
 
 Input: the CSV written by ``python -m report.table`` (any such table: the run's, or
-results/reference/'s). Output: one HTML file with its CSS and a few lines of vanilla JS inline
+results/reference/'s), with its manifest beside it. A table that is cut short, ragged,
+corrupt or does not match its manifest is refused: exit status 2 and a message naming the
+file and the problem, no report written. Output: one HTML file with its CSS and a few lines of vanilla JS inline
 (filters by model, GPU and mode; sortable columns) and its charts as base64 PNG data URIs:
 nothing is fetched, it reads offline and can be mailed around. It is made from
 report/template.html.j2 with autoescape on (a record's text is shown as text, never run as
@@ -27,10 +29,10 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from bench import record
+from bench import atomic, record
 from report import GIB, claims, recommend, sections
 from report.fmt import jcol
-from report.table import read_table, write_atomic_text
+from report.table import TableError, read_table
 
 HERE = Path(__file__).resolve().parent
 MODE_TITLES = {
@@ -101,8 +103,12 @@ def main(argv=None) -> int:
     ap.add_argument("table", help="the CSV written by python -m report.table")
     ap.add_argument("--out", required=True, help="HTML file to write (atomically)")
     args = ap.parse_args(argv)
-    df = read_table(args.table)
-    write_atomic_text(args.out, render(df))
+    try:
+        df = read_table(args.table)
+    except TableError as exc:  # a cut or corrupt table must not become a report that looks whole
+        print(f"report.build: error: {exc}", file=sys.stderr)
+        return 2
+    atomic.write_text(args.out, render(df))
     print(f"{args.out}: {len(df)} cells", file=sys.stderr)
     return 0
 

@@ -1,7 +1,10 @@
 """Claims checked: the quantitative statements of common fine-tuning advice, set against this run.
 
-Each claim is one entry of ``CLAIMS``: the statement, the thresholds its check applies (shown
-on the page), the cells that would measure it, and a check function over the long-form table.
+Each claim is one entry of ``CLAIMS``: the statement, its ``limits`` (the numbers its check
+applies; the page's thresholds text is formatted from the same numbers, so the two cannot
+disagree), the cells that would measure it, and a check function over the long-form table and
+those limits. Checks read only the table: capacities from ``gpu_memory_bytes`` /
+``verdict_gpu_memory_bytes``, what a cell ran from its ``knobs`` and shape columns.
 A check returns one result per mode that has evidence (modes are never pooled: a simulated
 number does not vote with a measured one); each result holds the evidence lines, a verdict
 (holds | partly | does not hold | not measured here) and why. A claim with no evidence in any
@@ -9,21 +12,18 @@ mode gets one "not measured here" row naming the cells that would measure it.
 """
 from __future__ import annotations
 
-import re
 import statistics
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import pandas as pd
-import yaml
 
+from bench import record, techniques
 from report import GIB
-from report.compare import WORLD, knobs_of, number_in, ok_rows, pairs, parts, without
-from report.fmt import DASH, analytic_note, details, fmt_gib, jcol, missing, provenance
+from report.compare import ok_rows, pairs, without_knob
+from report.fmt import DASH, analytic_note, details, fmt_gib, jcol, knobs, missing, provenance
 
 HOLDS, PARTLY, NOT, UNMEASURED = "holds", "partly", "does not hold", "not measured here"
-GPUS_YAML = Path(__file__).resolve().parents[1] / "matrix" / "gpus.yaml"
 MAX_LINES = 8
 
 
@@ -31,9 +31,14 @@ MAX_LINES = 8
 class Claim:
     key: str
     statement: str
-    thresholds: str
+    limits: dict            # the numbers the check applies, by name
+    text: str               # the thresholds in words: a str.format template over ``limits``
     needs: str
-    check: Callable[[pd.DataFrame], list]
+    check: Callable[[pd.DataFrame, dict], list]
+
+    @property
+    def thresholds(self) -> str:
+        return self.text.format(**self.limits)
 
 
 # ---- helpers ----
@@ -95,7 +100,7 @@ def per_technique(items: list[tuple[str, str]]) -> str:
 
 # ---- the checks ----
 
-def mixed_precision(df):
+def mixed_precision(df, t):
     found = by_mode([p for name in ("bf16", "amp-bf16", "amp-fp16") for p in pairs(df, name)])
     out = []
     for mode, prs in found.items():
@@ -107,7 +112,7 @@ def mixed_precision(df):
                 if r is None:
                     said.append(f"{label}: none live at the peak, not compared")
                     continue
-                halved.append(0.4 <= r <= 0.6)
+                halved.append(t["halved"][0] <= r <= t["halved"][1])
                 said.append(f"{label} {fmt_gib(wo[f'{cat}_bytes'])} → {fmt_gib(w[f'{cat}_bytes'])} GiB (×{r:.2f})")
             if not halved:
                 continue
@@ -117,14 +122,14 @@ def mixed_precision(df):
             evidence.append(f"{step(w, wo)}: {'; '.join(said)}")
         if outcomes:
             why = per_technique(per) + "."
-            if any(t.startswith("amp-") or "+amp-" in t for t, _ in per):
+            if any(knobs(w).get("precision", "").startswith("amp-") for w, _ in prs):
                 why += " Autocast (amp-*) keeps fp32 weights and gradients and casts the compute."
             why += " Gradients count only where live at the peak."
             out.append(result([p[0] for p in prs], overall(outcomes), evidence, why))
     return out
 
 
-def gc_time(df):
+def gc_time(df, t):
     out = []
     for mode, prs in by_mode(pairs(df, "gc")).items():
         col, noun = ("flops_per_step", "FLOPs per step") if mode == "sim" else ("tokens_per_s", "step time")
@@ -140,11 +145,11 @@ def gc_time(df):
             why = f"median {noun} change {med:+.1f}%"
             why += (" (FLOPs stand in for time: one extra forward per step)" if mode == "sim" else
                     " (cpu: small models, and every step carries the memory tracker's overhead)" if mode == "cpu" else "")
-            out.append(result([p[0] for p in prs], band(med, (15, 35), (5, 50)), evidence, why))
+            out.append(result([p[0] for p in prs], band(med, t["holds"], t["partly"]), evidence, why))
     return out
 
 
-def adam8bit(df):
+def adam8bit(df, t):
     found = by_mode([p for name in ("adamw8bit", "paged-adamw8bit") for p in pairs(df, name)])
     out = []
     for mode, prs in found.items():
@@ -158,28 +163,29 @@ def adam8bit(df):
                             f"{fmt_gib(w['optimizer_bytes'])} GiB ({(1 - r) * 100:.1f}% saved)")
         if saved:
             med = statistics.median(saved)
-            out.append(result([p[0] for p in prs], band(med, (65, 85), (50, 95)), evidence,
+            out.append(result([p[0] for p in prs], band(med, t["holds"], t["partly"]), evidence,
                               f"median saving {med:.1f}% of the optimizer category at the peak"))
     return out
 
 
-PRECISION_ONLY = {"baseline", "fp32", "bf16", "amp-bf16", "amp-fp16"}
+def precision_only(k: dict) -> bool:
+    """The knobs are the baseline's (torch AdamW, no sharding, ...) but for the precision."""
+    return bool(k) and all(k.get(n) == v for n, v in techniques.DEFAULT_KNOBS.items() if n != "precision")
 
 
-def adam_vs_fp16(df):
+def adam_vs_fp16(df, t):
     out = []
     for mode, rows in ok_rows(df).groupby("mode", sort=False):
         evidence, outcomes, used = [], [], []
         for _, r in rows.iterrows():
-            k = knobs_of(r["technique"])
-            if not k or not set(parts(r["technique"])) <= PRECISION_ONLY or k["optimizer"] != "adamw" or k["dist"]:
+            if not precision_only(knobs(r)):
                 continue
             n = r["params_trainable"] if not missing(r["params_trainable"]) and r["params_trainable"] > 0 else r["params_total"]
             x = ratio(r["optimizer_bytes"], None if missing(n) else 2 * n)
             if x is None or r["optimizer_bytes"] == 0:
                 continue
             dtypes = "/".join(details(r).get("optimizer_state_dtypes") or []) or "dtype not recorded"
-            outcomes.append(HOLDS if 1.6 <= x <= 2.4 else NOT)
+            outcomes.append(HOLDS if t["holds"][0] <= x <= t["holds"][1] else NOT)
             used.append(r)
             evidence.append(f"{r['model']} {r['technique']} (states {dtypes}): optimizer {fmt_gib(r['optimizer_bytes'])} GiB"
                             f" = {x:.2f} × fp16 weights ({n / 1e6:,.1f} M params × 2 bytes)")
@@ -190,7 +196,7 @@ def adam_vs_fp16(df):
     return out
 
 
-def low_cpu_mem(df):
+def low_cpu_mem(df, t):
     out = []
     for mode, prs in by_mode(pairs(df, "low-cpu-mem-usage", "ckpt-load")).items():
         saved, evidence = [], []
@@ -203,41 +209,46 @@ def low_cpu_mem(df):
                             f"{fmt_gib(w['load_host_peak_rss_bytes'])} GiB ({lower(1 - r)})")
         if saved:
             med = statistics.median(saved)
-            out.append(result([p[0] for p in prs], band(med, (10, 100), (2, 10)), evidence,
+            out.append(result([p[0] for p in prs], band(med, t["holds"], t["partly"]), evidence,
                               f"median {lower(med / 100)} than loading the same checkpoint without it "
                               "(one process each: RSS includes the interpreter and libraries)"))
     return out
 
 
-def forty_eight_gb() -> dict[str, int]:
-    """GPU profiles with 44-48 GiB (marketed as 48 GB), name -> bytes, from matrix/gpus.yaml."""
-    try:
-        doc = yaml.safe_load(GPUS_YAML.read_text()) or {}
-    except (OSError, yaml.YAMLError):
-        doc = {}
-    found = {n: p["memory_bytes"] for n, p in doc.items()
-             if isinstance(p, dict) and isinstance(p.get("memory_bytes"), int) and 44 <= p["memory_bytes"] / GIB <= 48}
-    return found or {"l40s": 47576711168, "rtx-a6000": 51160023040}
+def capacities(row) -> dict[str, int]:
+    """{gpu: bytes} the row's numbers are set against: the GPUs a sim cell was judged for, or
+    the device a measured cell ran on (from the record, never from a GPU file)."""
+    if row["mode"] == "sim":
+        caps = jcol(row, "verdict_gpu_memory_bytes")
+        return {g: b for g, b in caps.items() if isinstance(b, int)} if isinstance(caps, dict) else {}
+    return {} if missing(row["gpu_memory_bytes"]) else {row["gpu"]: int(row["gpu_memory_bytes"])}
 
 
-def is_65_70b(row) -> bool:
-    n = row["params_total"]
-    if not missing(n) and 60e9 <= float(n) <= 80e9:
-        return True
-    return bool(re.search(r"(^|[^0-9.])(6[5-9]|70)b($|[^a-z0-9])", str(row["model"]).lower()))
+def in_range(value, bounds) -> bool:
+    return not missing(value) and bounds[0] <= float(value) <= bounds[1]
 
 
-def qlora_70b(df):
-    gpus = forty_eight_gb()
+def model_sizes(df) -> dict[str, int]:
+    """{model: parameter count}: the largest ``params_total`` of the model's ok rows. A QLoRA
+    cell counts its NF4 weights as packed storage (two per byte), about half the model, so the
+    model's size comes from its unquantized cells when the run has any."""
+    ok = ok_rows(df)
+    return {m: int(n) for m, n in ok.groupby("model")["params_total"].max().items() if not missing(n)} if len(ok) else {}
+
+
+def qlora_70b(df, t):
     out = []
-    big = ok_rows(df)
-    big = big[big["technique"].map(lambda t: "qlora" in parts(t)) & big.apply(is_65_70b, axis=1)] if len(big) else big
+    big, sizes = ok_rows(df), model_sizes(df)
+    if len(big):
+        big = big[big.apply(lambda r: knobs(r).get("adapter") == "qlora"
+                            and in_range(sizes.get(r["model"]), [b * 1e9 for b in t["params_b"]]), axis=1).astype(bool)]
     rank = {"fits": HOLDS, "tight": PARTLY, "oom": NOT}
     for mode, rows in big.groupby("mode", sort=False):
         evidence, outcomes = [], []
         for _, r in rows.iterrows():
+            gpus = [g for g, b in capacities(r).items() if in_range(b / GIB, t["gpu_gib"])]
             seen = {g: v for g, v in (jcol(r, "verdicts") or {}).items() if g in gpus} if mode == "sim" \
-                else ({r["gpu"]: "fits"} if r["gpu"] in gpus else {})
+                else dict.fromkeys(gpus, "fits")
             if not seen:
                 continue
             outcomes += [rank.get(v, NOT) for v in seen.values()]
@@ -251,15 +262,15 @@ def qlora_70b(df):
     return out
 
 
-def zero3_linear(df):
+def zero3_linear(df, t):
     out = []
     rows = ok_rows(df)
-    rows = rows[rows["technique"].map(lambda t: "zero3" in parts(t))] if len(rows) else rows
+    rows = rows[rows.apply(lambda r: knobs(r).get("dist") == "zero3", axis=1).astype(bool)] if len(rows) else rows
     for mode, mrows in rows.groupby("mode", sort=False):
         evidence, outcomes, analytic, used = [], [], [], []
         for (model, gpu, rest), g in mrows.groupby(
-                [mrows["model"], mrows["gpu"], mrows["technique"].map(lambda t: without(t, WORLD))]):
-            by_n = {(number_in(r["technique"], WORLD) or 1): r for _, r in g.iterrows()}
+                [mrows["model"], mrows["gpu"], mrows["technique"].map(lambda x: without_knob(x, "world_size"))]):
+            by_n = {int(r["world_size"]): r for _, r in g.iterrows()}
             if 1 not in by_n or len(by_n) < 2:
                 continue
             one = by_n[1]
@@ -280,7 +291,7 @@ def zero3_linear(df):
             if any(analytic_note(r) for r in by_n.values()):
                 analytic.append(model)
                 continue
-            outcomes.append(zero3_outcome(found))
+            outcomes.append(zero3_outcome(found, t))
         if not used:
             continue
         if outcomes:
@@ -293,12 +304,12 @@ def zero3_linear(df):
     return out
 
 
-def zero3_outcome(found: list[tuple[int, float, float]]) -> str:
-    """From (N, peak ratio, model-states ratio) against N=1: linear means ratio × N within 0.75-1.33."""
-    linear = lambda x, n: 0.75 <= x * n <= 1.33  # noqa: E731
+def zero3_outcome(found: list[tuple[int, float, float]], t: dict) -> str:
+    """From (N, peak ratio, model-states ratio) against N=1: linear means ratio × N within t["linear"]."""
+    linear = lambda x, n: t["linear"][0] <= x * n <= t["linear"][1]  # noqa: E731
     if all(linear(peak, n) for n, peak, _ in found):
         return HOLDS
-    if all(linear(st, n) for n, _, st in found) or all(peak < 0.9 for _, peak, _ in found):
+    if all(linear(st, n) for n, _, st in found) or all(peak < t["falls"] for _, peak, _ in found):
         return PARTLY
     return NOT
 
@@ -311,7 +322,7 @@ def per_gpu_peak(r):
 
 
 def states(r):
-    vals = [r[f"{c}_bytes"] for c in ("parameters", "gradients", "optimizer")]
+    vals = [r[f"{c}_bytes"] for c in record.MODEL_STATES]
     return None if any(missing(v) for v in vals) else sum(int(v) for v in vals)
 
 
@@ -322,11 +333,11 @@ def spread(peaks: list) -> tuple[float, int]:
     return max(tail) / min(tail) - 1, rises
 
 
-def padding_steps(df):
+def padding_steps(df, t):
     out = []
     partner = {w["cell"]: wo for w, wo in pairs(df, "padding", "packing")}
     rows = ok_rows(df)
-    rows = rows[rows["technique"].map(lambda t: "padding" in parts(t))] if len(rows) else rows
+    rows = rows[rows.apply(lambda r: knobs(r).get("batching") == "padding", axis=1).astype(bool)] if len(rows) else rows
     for mode, mrows in rows.groupby("mode", sort=False):
         evidence, outcomes, used = [], [], []
         for _, r in mrows.iterrows():
@@ -336,13 +347,13 @@ def padding_steps(df):
             s, rises = spread(peaks)
             line = f"{r['model']} {r['technique']}: per-step peaks {', '.join(fmt_gib(p) for p in peaks)} GiB " \
                    f"(spread {s * 100:.1f}%, running max rose {rises}× after step 2)"
-            outcome = NOT if s < 0.05 else HOLDS if rises else PARTLY
+            outcome = NOT if s < t["spread"] else HOLDS if rises else PARTLY
             other = partner.get(r["cell"])
             other_peaks = [p for p in (jcol(other, "step_peak_bytes") or []) if p] if other is not None else []
             if len(other_peaks) >= 2:
                 s2, _ = spread(other_peaks)
                 line += f"; {other['technique']}: {', '.join(fmt_gib(p) for p in other_peaks)} GiB (spread {s2 * 100:.1f}%)"
-                if outcome == HOLDS and s2 > s / 2:
+                if outcome == HOLDS and s2 > s * t["packing_share"]:
                     outcome = PARTLY
             outcomes.append(outcome)
             used.append(r)
@@ -354,7 +365,7 @@ def padding_steps(df):
     return out
 
 
-def lora_states(df):
+def lora_states(df, t):
     out = []
     for mode, prs in by_mode(pairs(df, "lora")).items():
         saved, evidence = [], []
@@ -368,49 +379,62 @@ def lora_states(df):
                             f"({(1 - a / b) * 100:.1f}% saved)")
         if saved:
             med = statistics.median(saved)
-            out.append(result([p[0] for p in prs], band(med, (90, 100), (70, 90)), evidence,
+            out.append(result([p[0] for p in prs], band(med, t["holds"], t["partly"]), evidence,
                               f"median saving {med:.1f}% of gradients + optimizer at the peak"))
     return out
 
 
 CLAIMS = (
     Claim("mixed-precision", "Mixed precision roughly halves the memory of weights and gradients.",
-          "halved: new/old within ×0.40-0.60, per category; holds if weights and gradients both halve",
+          {"halved": (0.4, 0.6)},
+          "halved: new/old within ×{halved[0]:.2f}-{halved[1]:.2f}, per category; holds if weights and "
+          "gradients both halve",
           "pairs X vs X+bf16 / X+amp-bf16 / X+amp-fp16 (e.g. baseline and bf16)", mixed_precision),
     Claim("gc-time", "Gradient checkpointing costs about 20-30% in time.",
-          "holds: median step-time (sim: FLOPs) increase 15-35%; partly: 5-50%",
+          {"holds": (15, 35), "partly": (5, 50)},
+          "holds: median step-time (sim: FLOPs) increase {holds[0]:g}-{holds[1]:g}%; "
+          "partly: {partly[0]:g}-{partly[1]:g}%",
           "pairs X vs X+gc (e.g. baseline and gc)", gc_time),
     Claim("adam-8bit", "8-bit Adam saves about three quarters of the optimizer state.",
-          "holds: median optimizer-category saving 65-85%; partly: 50-95%",
+          {"holds": (65, 85), "partly": (50, 95)},
+          "holds: median optimizer-category saving {holds[0]:g}-{holds[1]:g}%; partly: {partly[0]:g}-{partly[1]:g}%",
           "pairs X vs X+adamw8bit or X+paged-adamw8bit", adam8bit),
     Claim("adam-2x", "Adam's state is about twice the size of the fp16 weights.",
-          "holds per cell: optimizer bytes / (2 bytes × trainable params) within 1.6-2.4; cells with AdamW "
-          "and precision techniques only", "baseline, bf16 or amp-* cells with AdamW", adam_vs_fp16),
+          {"holds": (1.6, 2.4)},
+          "holds per cell: optimizer bytes / (2 bytes × trainable params) within {holds[0]:g}-{holds[1]:g}; "
+          "cells with AdamW and precision techniques only", "baseline, bf16 or amp-* cells with AdamW", adam_vs_fp16),
     Claim("low-cpu-mem-usage", "from_pretrained(low_cpu_mem_usage=True) lowers host memory while loading.",
-          "holds: median load-time host peak RSS ≥10% lower than ckpt-load; partly: 2-10%",
+          {"holds": (10, 100), "partly": (2, 10)},
+          "holds: median load-time host peak RSS ≥{holds[0]:g}% lower than ckpt-load; "
+          "partly: {partly[0]:g}-{partly[1]:g}%",
           "pairs X+ckpt-load vs X+low-cpu-mem-usage (cpu or cuda)", low_cpu_mem),
     Claim("qlora-70b", "QLoRA lets a 65-70B model fine-tune on one 48 GB GPU.",
-          "holds: a qlora cell of a 60-80B-parameter model fits a 44-48 GiB GPU (verdict 'fits'); partly: 'tight'",
+          {"params_b": (60, 80), "gpu_gib": (44, 48)},
+          "holds: a qlora cell of a {params_b[0]:g}-{params_b[1]:g}B-parameter model fits a "
+          "{gpu_gib[0]:g}-{gpu_gib[1]:g} GiB GPU (verdict 'fits'); partly: 'tight'",
           "sim cells llama-3.1-70b__sim__qlora… with verdicts for l40s / rtx-a6000", qlora_70b),
     Claim("zero3-linear", "ZeRO-3 per-GPU memory falls about linearly with the number of GPUs.",
-          "holds: per-GPU peak × N / peak at N=1 within 0.75-1.33 at every N; partly: model states do, "
-          "or the peak falls but slower",
+          {"linear": (0.75, 1.33), "falls": 0.9},
+          "holds: per-GPU peak × N / peak at N=1 within {linear[0]:g}-{linear[1]:g} at every N; partly: model "
+          "states do, or the peak falls below ×{falls:g} at every N",
           "zero3 and zero3+w<N> cells of one model at two or more N (cpu w1/w2, sim)", zero3_linear),
     Claim("padding-steps", "With padding, peak memory climbs in steps as longer batches arrive.",
-          "holds: per-step peaks (after step 1) spread ≥5% and the running max rises again after step 2, "
-          "and packing's spread is under half of padding's; partly: one of these fails",
+          {"spread": 0.05, "packing_share": 0.5},
+          "holds: per-step peaks (after step 1) spread ≥{spread:.0%} and the running max rises again after "
+          "step 2, and packing's spread is under {packing_share:.0%} of padding's; partly: one of these fails",
           "X+padding cells (with X+packing to contrast), two or more steps", padding_steps),
     Claim("lora-states", "LoRA cuts gradient and optimizer memory by more than 90%.",
-          "holds: median saving of gradients + optimizer ≥90%; partly: 70-90%",
+          {"holds": (90, 100), "partly": (70, 90)},
+          "holds: median saving of gradients + optimizer ≥{holds[0]:g}%; partly: {partly[0]:g}-{partly[1]:g}%",
           "pairs X vs X+lora", lora_states),
 )
 
 
-def evaluate(df: pd.DataFrame) -> list[dict]:
+def evaluate(df: pd.DataFrame, claims: tuple = CLAIMS) -> list[dict]:
     """One row per (claim, mode with evidence), or per claim with none: the claims table."""
     rows = []
-    for claim in CLAIMS:
-        found = claim.check(df) if len(df) else []
+    for claim in claims:
+        found = claim.check(df, claim.limits) if len(df) else []
         if not found:
             found = [{"mode": DASH, "provenance": DASH, "verdict": UNMEASURED, "models": [], "cells": [],
                       "evidence": [], "why": f"no comparable cells in this run; measured by: {claim.needs}"}]

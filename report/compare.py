@@ -4,20 +4,18 @@ The long-form table (report.table) has one row per cell. A comparison is only ev
 between rows of the same mode, model and device (and, unless the difference is the shape
 itself, the same batch and sequence length): a simulated number is never set against a
 measured one.
+
+Facts a record holds (world size, sequence length, batch, the resolved knobs) are read from
+the table's columns, never worked out again from technique names; names are only matched
+as names (which cell is X and which is X+gc), and the catalogue (bench/techniques.py) says
+what a name sets.
 """
 from __future__ import annotations
-
-import re
 
 import pandas as pd
 
 from bench import record, techniques
-from report.fmt import DASH, MINUS, fmt_gib, missing
-
-DIFFICULTY_ORDER = ("low", "medium", "high")
-SHAPE = re.compile(r"[bs][1-9][0-9]*")     # b<N> / s<N>: they change the workload itself
-SEQ = re.compile(r"s([1-9][0-9]*)")
-WORLD = re.compile(r"w([1-9][0-9]*)")
+from report.fmt import DASH, MINUS, fmt_gib, knobs, missing
 
 
 def parts(technique: str) -> list[str]:
@@ -29,17 +27,31 @@ def join(names) -> str:
     return "+".join(names) if names else "baseline"
 
 
-def knobs_of(technique: str) -> dict | None:
-    """The catalogue's knobs for a combination, or None if it names an unknown technique."""
+def sets_knob(name: str, knob: str) -> bool:
+    """Whether the catalogue's technique ``name`` sets ``knob`` (False for an unknown name)."""
     try:
-        return techniques.knobs([p for p in parts(technique) if p != "baseline"])
-    except (KeyError, ValueError):
-        return None
+        return knob in techniques.lookup(name).sets
+    except KeyError:
+        return False
+
+
+def other_workload(row) -> bool:
+    """The cell trains another workload than its study's (its knobs override batch or seq_len)."""
+    k = knobs(row)
+    return any(k.get(name) is not None for name in techniques.WORKLOAD_KNOBS)
+
+
+def without_knob(technique: str, knob: str) -> str:
+    """The combination without the parts that set ``knob`` ('baseline' if none is left), e.g.
+    'gc+s512' without seq_len is 'gc': the label of a line through several lengths."""
+    return join(n for n in parts(technique) if n != "baseline" and not sets_knob(n, knob))
 
 
 def difficulty_rank(technique: str) -> int:
+    """Position of the combination's difficulty in the catalogue's order (unknown last)."""
     level = technique_meta(technique)["difficulty"]
-    return DIFFICULTY_ORDER.index(level) if level in DIFFICULTY_ORDER else len(DIFFICULTY_ORDER)
+    order = techniques.DIFFICULTIES
+    return order.index(level) if level in order else len(order)
 
 
 def technique_meta(technique: str) -> dict:
@@ -60,7 +72,7 @@ def technique_meta(technique: str) -> dict:
 
     saves = [s.strip() for t in metas for s in t.saves.split(",") if s.strip() not in ("-", "")]
     levels = [t.difficulty for t in metas]
-    difficulty = max(levels, key=lambda d: DIFFICULTY_ORDER.index(d) if d in DIFFICULTY_ORDER else -1) if levels else DASH
+    difficulty = max(levels, key=techniques.DIFFICULTIES.index) if levels else DASH
     return {
         "summary": "; ".join(t.summary for t in metas) + (f"; unknown: {', '.join(unknown)}" if unknown else ""),
         "saves": ", ".join(dict.fromkeys(saves)) or DASH,
@@ -107,12 +119,13 @@ def ok_rows(df: pd.DataFrame, mode: str | None = None) -> pd.DataFrame:
 def pairs(df: pd.DataFrame, with_name: str, without_name: str | None = None):
     """(with, without) ok rows: ``with`` holds technique ``with_name``; ``without`` is the same
     combination with it removed (or replaced by ``without_name``), same mode, model and gpu,
-    and the same batch and sequence length unless the technique is a shape (b<N>/s<N>)."""
+    and the same batch and sequence length unless the technique sets one of them (b<N>/s<N>)."""
     ok = ok_rows(df)
     index = {}
     for _, r in ok.iterrows():
         index.setdefault((r["mode"], r["model"], r["gpu"], frozenset(parts(r["technique"]))), []).append(r)
     out = []
+    shape = any(sets_knob(with_name, k) for k in techniques.WORKLOAD_KNOBS)
     for _, r in ok.iterrows():
         names = parts(r["technique"])
         if with_name not in names:
@@ -120,7 +133,7 @@ def pairs(df: pd.DataFrame, with_name: str, without_name: str | None = None):
         rest = [n for n in names if n != with_name] + ([without_name] if without_name else [])
         key = (r["mode"], r["model"], r["gpu"], frozenset(parts(join(rest))))
         for other in index.get(key, []):
-            if SHAPE.fullmatch(with_name) or same_shape(r, other):
+            if shape or same_shape(r, other):
                 out.append((r, other))
                 break
     return out
@@ -128,17 +141,3 @@ def pairs(df: pd.DataFrame, with_name: str, without_name: str | None = None):
 
 def same_shape(a, b) -> bool:
     return all(missing(a[k]) or missing(b[k]) or int(a[k]) == int(b[k]) for k in ("batch_size", "seq_len"))
-
-
-def without(technique: str, pattern: re.Pattern) -> str:
-    """The combination with every part matching ``pattern`` removed ('baseline' if none is left)."""
-    return join(n for n in parts(technique) if not pattern.fullmatch(n) and n != "baseline")
-
-
-def number_in(technique: str, pattern: re.Pattern) -> int | None:
-    """N of the first part matching ``pattern`` (s<N>, w<N>), or None."""
-    for name in parts(technique):
-        m = pattern.fullmatch(name)
-        if m:
-            return int(m.group(1))
-    return None

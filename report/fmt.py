@@ -85,6 +85,12 @@ def details(row) -> dict:
     return doc if isinstance(doc, dict) else {}
 
 
+def knobs(row) -> dict:
+    """The record's resolved knobs (bench.techniques.DEFAULT_KNOBS keys); {} on a row without them."""
+    doc = jcol(row, "knobs")
+    return doc if isinstance(doc, dict) else {}
+
+
 def analytic_note(row) -> str:
     """The record's statement that part of its numbers are worked out, not simulated ('' if none)."""
     note = details(row).get("zero_partitioning")

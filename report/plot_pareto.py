@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from report import GIB
-from report.compare import SHAPE, parts
+from report.compare import other_workload
 from report.plots import drawing, grid, with_panel
 
 FRONT, OTHER = "#d55e00", "#7f8c9a"
@@ -44,7 +44,7 @@ def pareto_long(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     axis = axis_of(df["mode"].iloc[0])
     ok = df[(df["status"] == "ok") & df["peak_bytes"].notna() & df[axis["column"]].notna()]
-    ok = ok[~ok["technique"].map(lambda t: any(SHAPE.fullmatch(p) for p in parts(t))).astype(bool)].copy()
+    ok = ok[~ok.apply(other_workload, axis=1).astype(bool)].copy() if len(ok) else ok
     if not len(ok):
         return pd.DataFrame(columns=cols)
     ok["x"] = ok[axis["column"]].astype("float64") * axis["scale"]

@@ -1,11 +1,11 @@
 """Two line charts of how the peak moves: per step (padding against packing) and with the
 sequence length (the main techniques at each s<N>).
 
-- steps: cells whose techniques include ``padding`` or ``packing``; y is each step's peak
+- steps: cells whose knobs batch with ``padding`` or ``packing``; y is each step's peak
   (``step_peak_bytes``, warm-up steps included and shaded).
-- seq_len: cells with an ``s<N>`` technique, grouped by their techniques without the s<N>
-  part; a group's cell without s<N> (at the study's own length) is drawn with it. The
-  record's ``seq_len`` is the length the step really ran at.
+- seq_len: cells whose knobs set the sequence length (``s<N>``), grouped by their techniques
+  without the part that sets it; a group's cell without one (at the study's own length) is
+  drawn with it. The record's ``seq_len`` is the length the step really ran at.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import seaborn as sns
 from matplotlib.figure import Figure
 
 from report import GIB
-from report.compare import SEQ, number_in, parts, without
-from report.fmt import jcol, missing
+from report.compare import without_knob
+from report.fmt import jcol, knobs, missing
 from report.plots import drawing, grid, with_panel
 
 BATCHING = ("padding", "packing")
@@ -25,15 +25,15 @@ def steps_long(df: pd.DataFrame) -> pd.DataFrame:
     """One row per (padding/packing cell, step): panel, technique, batching, step (1-based), gib, warmup."""
     rows = []
     for _, r in df[df["status"] == "ok"].iterrows():
-        kind = [b for b in BATCHING if b in parts(r["technique"])]
+        kind = knobs(r).get("batching")
         peaks = jcol(r, "step_peak_bytes")
-        if not kind or not isinstance(peaks, list):
+        if kind not in BATCHING or not isinstance(peaks, list):
             continue
         warm = 0 if missing(r["warmup_steps"]) else int(r["warmup_steps"])
         for i, b in enumerate(peaks, start=1):
             if b is not None:
                 rows.append({"cell": r["cell"], "mode": r["mode"], "model": r["model"], "gpu": r["gpu"],
-                             "technique": r["technique"], "batching": kind[0], "step": i,
+                             "technique": r["technique"], "batching": kind, "step": i,
                              "gib": b / GIB, "warmup": i <= warm})
     long = pd.DataFrame(rows, columns=["cell", "mode", "model", "gpu", "technique", "batching", "step", "gib", "warmup"])
     return with_panel(long) if len(long) else long.assign(panel=[])
@@ -62,8 +62,8 @@ def seqlen_long(df: pd.DataFrame) -> pd.DataFrame:
     cols = ["cell", "mode", "model", "gpu", "technique", "group", "seq_len", "gib", "panel"]
     if not len(ok):
         return pd.DataFrame(columns=cols)
-    ok["group"] = ok["technique"].map(lambda t: without(t, SEQ))
-    ok["has_s"] = ok["technique"].map(lambda t: number_in(t, SEQ) is not None)
+    ok["group"] = ok["technique"].map(lambda t: without_knob(t, "seq_len"))
+    ok["has_s"] = ok.apply(lambda r: knobs(r).get("seq_len") is not None, axis=1)
     swept = ok[ok["has_s"]].groupby(["model", "gpu", "group"]).size()
     keep = ok.apply(lambda r: (r["model"], r["gpu"], r["group"]) in swept.index, axis=1) if len(swept) else ok["has_s"]
     ok = ok[keep]

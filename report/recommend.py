@@ -18,7 +18,7 @@ import math
 
 import pandas as pd
 
-from report.compare import SHAPE, difficulty_rank, parts
+from report.compare import difficulty_rank, other_workload, parts
 from report.fmt import DASH, change_pct, fmt_count, fmt_gib, fmt_pct, jcol, missing, provenance
 
 MEASURED_VERDICT = {"ok": "fits", "oom": "oom"}
@@ -38,11 +38,11 @@ def candidates(df: pd.DataFrame, mode: str) -> pd.DataFrame:
             speed = r["tokens_per_s"]
         for gpu, verdict in pairs:
             rows.append({"cell": r["cell"], "model": r["model"], "gpu": gpu, "technique": r["technique"],
-                         "verdict": verdict, "peak_bytes": r["peak_bytes"],
+                         "other_workload": other_workload(r), "verdict": verdict, "peak_bytes": r["peak_bytes"],
                          "speed": None if missing(speed) else float(speed),
                          "world_size": 1 if missing(r["world_size"]) else int(r["world_size"]),
                          "provenance": provenance(r)})
-    cols = ["cell", "model", "gpu", "technique", "verdict", "peak_bytes", "speed", "world_size", "provenance"]
+    cols = ["cell", "model", "gpu", "technique", "other_workload", "verdict", "peak_bytes", "speed", "world_size", "provenance"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -73,8 +73,7 @@ def recommend(df: pd.DataFrame, mode: str) -> list[dict]:
     """One dict per (model, gpu): baseline verdict, fastest fitting cell, cheapest fix (dicts of
     ``candidates`` rows, or None) and what to say when there is none."""
     cand = candidates(df, mode)
-    other_workload = cand["technique"].map(lambda t: any(SHAPE.fullmatch(p) for p in parts(t))).astype(bool)
-    cand = cand[~other_workload]
+    cand = cand[~cand["other_workload"].astype(bool)]
     out = []
     for (model, gpu), g in cand.groupby(["model", "gpu"], sort=True):
         recs = g.to_dict("records")

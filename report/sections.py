@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench import techniques
 from report import plot_fits, plot_pareto, plot_steps, plots
 from report.compare import baseline_of, main_saving, technique_meta
 from report.fmt import (DASH, analytic_note, change_pct, details, fmt_gib, fmt_pct, jcol, missing,
@@ -54,8 +55,8 @@ def summary_row(row: pd.Series, df: pd.DataFrame) -> dict:
         "saved_tone": tone(saved),
         "speed": speed_text, "speed_sort": sort_key(speed),
         "speed_tone": tone(speed, higher_is_better=row["mode"] != "sim"),
-        "difficulty_sort": str(("low", "medium", "high").index(meta["difficulty"]))
-        if meta["difficulty"] in ("low", "medium", "high") else "",
+        "difficulty_sort": str(techniques.DIFFICULTIES.index(meta["difficulty"]))
+        if meta["difficulty"] in techniques.DIFFICULTIES else "",
         "verdicts": verdict_text(row) if ok else DASH,
         "status": row["status"] or "error", "reason": row["reason"],
         "provenance": provenance(row), "analytic": analytic_note(row),
@@ -172,11 +173,9 @@ def notes_section(df: pd.DataFrame, mode: str):
     }.get(mode, [])
     rules = {}
     for _, r in rows.iterrows():
-        d = details(r)
-        if isinstance(d.get("verdict_rule"), str):
-            reserve = d.get("verdict_reserve_bytes")
-            key = d["verdict_rule"] + (f" (reserve {fmt_gib(reserve)} GiB)" if isinstance(reserve, (int, float)) else "")
-            rules[key] = None
+        rule, reserve = details(r).get("verdict_rule"), details(r).get("verdict_reserve_bytes")
+        if isinstance(rule, str):
+            rules[rule + (f" (reserve {fmt_gib(reserve)} GiB)" if isinstance(reserve, (int, float)) else "")] = None
     items += [f"Verdict rule: {rule}" for rule in rules]
     caveats: dict[tuple, int] = {}
     for _, r in rows.iterrows():

@@ -60,7 +60,9 @@ def rank_record(spec, rank, peak, tokens=100, seconds=2.0, status="ok"):
                host_peak_rss_bytes=1000 + rank, load_host_peak_rss_bytes=500, wall_s=10.0 + rank,
                breakdown_bytes={"parameters": third, "gradients": third, "optimizer": peak - 2 * third,
                                 "activations": 0, "temporaries": 0, "other": 0},
-               details={"rank": rank, "timed_tokens": tokens, "timed_s": seconds})
+               phase_peak_bytes=dict.fromkeys(record.PHASES, peak), params_total=3000, params_trainable=3000,
+               details={"rank": rank, "timed_tokens": tokens, "timed_s": seconds,
+                        "optimizer_state_dtypes": ["float32"]})
     return rec
 
 

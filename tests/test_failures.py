@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import launch, matrix, record
+from bench import atomic, launch, matrix, record, techniques
 from report import table
 from tests.helpers import MATRIX_DIR
 
@@ -90,12 +90,13 @@ def test_a_killed_worker_is_an_error_record_with_its_log_tail(tmp_path, matrix_f
 
 def test_every_failure_kind_is_a_row(tmp_path):
     spec = {"cell": "m__cpu__gc", "model": "m", "gpu": "cpu", "techniques": ["gc"], "mode": "cpu", "world_size": 1,
-            "batch_size": 1, "seq_len": 8, "steps": 1, "warmup_steps": 1, "gpu_memory_bytes": 1}
+            "batch_size": 1, "seq_len": 8, "steps": 1, "warmup_steps": 1, "gpu_memory_bytes": 1,
+            "knobs": techniques.knobs(["gc"]), "verdict_gpus": {}}
     paths = []
     for status in ("oom", "error", "timeout", "skipped"):
         rec = record.failure(dict(spec, cell=f"m__cpu__{status}"), status, f"because {status}")
         path = tmp_path / f"m__cpu__{status}.json"
-        record.write_atomic(path, {"benchmarks": [{"name": "x", "extra_info": rec}]})
+        atomic.write_json(path, {"benchmarks": [{"name": "x", "extra_info": rec}]})
         paths.append(path)
     frame = table.to_frame(table.load_records(paths))
     assert sorted(frame["status"]) == ["error", "oom", "skipped", "timeout"]

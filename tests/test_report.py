@@ -19,17 +19,37 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # plain `pytest` from the repo root, no installed package
     sys.path.insert(0, str(ROOT))
 
-from bench import record  # noqa: E402
+from bench import record, techniques  # noqa: E402
 from report import GIB, build, compare, fmt, plots, sections, table  # noqa: E402
 
 EVIL = "<script>alert(1)</script>"
+# GPU capacities of the made-up records (the first two as a matrix's gpus.yaml says; others invented).
+CAPACITY = {"a100-80g": 80 * GIB, "h100-80g": 80 * GIB, "rtx-4090": 24 * GIB, "cpu-24g": 24 * GIB, "cpu": 24 * GIB,
+            "h100-80gb": 85045477376, "l40s": 47576711168, "rtx-a6000": 51160023040, "t4": 15828320256}
+SIM_GPUS = ("a100-80g", "rtx-4090")
 
 
-def spec(model, gpu, techniques, mode="cuda", **kw):
-    return {"cell": f"{model}__{gpu}__{'+'.join(techniques)}", "model": model, "gpu": gpu,
-            "techniques": list(techniques), "mode": mode, "world_size": 1, "batch_size": 4,
-            "seq_len": 512, "steps": 3, "warmup_steps": 1,
-            "gpu_memory_bytes": 80 * GIB if mode == "cuda" else None} | kw
+def spec(model, gpu, techs, mode="cuda", verdict_gpus=SIM_GPUS, **kw):
+    """A cell spec as bench.matrix makes one: knobs from the catalogue, capacities per mode."""
+    names = [t for t in techs if t != "baseline"]
+    return {"cell": f"{model}__{gpu}__{'+'.join(techs)}", "model": model, "gpu": gpu,
+            "techniques": list(techs), "knobs": techniques.knobs(names), "mode": mode, "world_size": 1,
+            "batch_size": 4, "seq_len": 512, "steps": 3, "warmup_steps": 1,
+            "gpu_memory_bytes": None if mode == "sim" else CAPACITY.get(gpu, 16 * GIB),
+            "verdict_gpus": {g: {"memory_bytes": CAPACITY.get(g, 16 * GIB)} for g in verdict_gpus} if mode == "sim" else {}} | kw
+
+
+def contract_details(sp, **given) -> dict:
+    """The details keys the record contract asks of an ok record of ``sp`` (record.REPORT_DETAILS),
+    with made-up values, then ``given``."""
+    out = {"optimizer_state_dtypes": ["float32"]}
+    if sp["mode"] == "sim":
+        out.update(verdict_rule="fits: need <= 90%", verdict_reserve_bytes=576 * 2**20, verdict_notes={}, peers=[])
+        if sp["knobs"]["dist"]:
+            out["zero_partitioning"] = f"analytic: {sp['knobs']['dist']} at world size {sp['world_size']}"
+    if sp["mode"] == "cuda":
+        out["device_name"] = "NVIDIA Test GPU"
+    return out | given
 
 
 def ok(sp, gib: dict, tokens_per_s=None, flops=None, with_study=True):
@@ -40,7 +60,8 @@ def ok(sp, gib: dict, tokens_per_s=None, flops=None, with_study=True):
     rec.update(status="ok", breakdown_bytes=bd, peak_bytes=peak,
                phase_peak_bytes={"forward": peak // 2, "backward": peak, "optimizer": peak - 1},
                step_peak_bytes=[peak, peak, peak], versions={"torch": "2.13.0", "python": "3.12"},
-               machine={"host": "ci-box", "cpu_count": 2})
+               machine={"host": "ci-box", "cpu_count": 2}, params_total=10**9, params_trainable=10**9,
+               details=contract_details(sp))
     if sp["mode"] != "sim":
         rec.update(tokens_per_s=tokens_per_s, step_s_median=2048 / tokens_per_s, host_peak_rss_bytes=GIB)
     else:
@@ -58,7 +79,9 @@ def made(sp, nbytes: dict, **fields):
     bd = {c: int(nbytes.get(c, 0)) for c in record.CATEGORIES}
     peak = sum(bd.values())
     rec.update(status="ok", breakdown_bytes=bd, peak_bytes=peak, step_peak_bytes=[peak, peak],
-               versions={"torch": "2.13.0"}, machine={"host": "ci-box"})
+               phase_peak_bytes=dict.fromkeys(record.PHASES, peak), params_total=10**6, params_trainable=10**6,
+               versions={"torch": "2.13.0"}, machine={"host": "ci-box"},
+               details=contract_details(sp, **fields.pop("details", {})))
     if sp["mode"] != "sim":
         rec.update(tokens_per_s=1000.0, step_s_median=2.0, host_peak_rss_bytes=GIB)
     rec.update(fields)
@@ -162,7 +185,7 @@ def test_csv_round_trip_keeps_blanks_and_text(tmp_path):
     paths = write_cells(tmp_path / "cells", recs)
     out = tmp_path / "out" / "table.csv"
     assert table.main([*map(str, paths), "--out", str(out)]) == 0
-    assert [p.name for p in out.parent.iterdir()] == ["table.csv"]      # no temp file left
+    assert sorted(p.name for p in out.parent.iterdir()) == ["table.csv", "table.meta.json"]  # no temp file left
     back = table.read_table(out)
     assert back["model"].iloc[0] == "NA"
     oom = back.set_index("cell").loc["llama-3.2-1b__a100-80g__s8192"]
@@ -220,6 +243,18 @@ def test_comparison_with_baseline(frame):
     sim = sections.summary_row(by_cell.loc["qwen2.5-7b__sim__lora"], frame)
     assert sim["speed"] == "\N{MINUS SIGN}32.2%"                # FLOPs per step, not throughput
     assert sections.summary_row(by_cell.loc["llama-3.2-1b__a100-80g__baseline"], frame)["saved"] == "reference"
+
+
+def test_difficulty_order_lives_in_the_catalogue(monkeypatch, frame):
+    assert {t.difficulty for t in techniques.CATALOG.values()} <= set(techniques.DIFFICULTIES)
+    with pytest.raises(ValueError, match="difficulty 'trivial' not one of"):
+        techniques.Technique("x", {}, "x", difficulty="trivial")
+    lora = frame.set_index("cell", drop=False).loc["llama-3.2-1b__a100-80g__lora"]
+    assert compare.difficulty_rank("gc") == 0 and sections.summary_row(lora, frame)["difficulty_sort"] == "1"
+    monkeypatch.setattr(techniques, "DIFFICULTIES", ("high", "medium", "low"))   # the report follows it
+    assert compare.difficulty_rank("gc") == 2 and compare.difficulty_rank("zero3-offload") == 0
+    assert sections.summary_row(lora, frame)["difficulty_sort"] == "1"
+    assert "DIFFICULTY" not in (ROOT / "report" / "compare.py").read_text()
 
 
 def test_baseline_fallback_without_baseline_cell():
@@ -296,7 +331,7 @@ def test_breakdown_is_stacked(frame):
 
 def test_build_writes_one_self_contained_file(built):
     out, html = built
-    assert sorted(p.name for p in out.iterdir()) == ["report.html", "table.csv"]
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "table.csv", "table.meta.json"]
     assert html.count("data:image/png;base64,") == 9
     assert not re.search(r'(src|href)="(https?:)?//', html) and "<link" not in html
     assert not re.search(r"<script[^>]*\bsrc=", html) and "import(" not in html and "fetch(" not in html
@@ -324,3 +359,14 @@ def test_build_with_nothing_readable(tmp_path):
     assert "Results that could not be read" in html and 'id="mode-' not in html
     empty = build.render(table.to_frame([]), commit="abc1234", built_at="now")
     assert "0 cells" in empty
+
+
+def test_every_column_the_report_reads_is_one_the_table_writes():
+    """Category and phase columns come from record.CATEGORIES / PHASES; a name typed in report/
+    must be one of the table's columns."""
+    read = set()
+    for path in (ROOT / "report").glob("*.py"):
+        read |= set(re.findall(r"""\[["'](\w+_(?:bytes|s_median|per_step|per_s))["']\]""", path.read_text()))
+    assert read and read <= set(table.COLUMNS), read - set(table.COLUMNS)
+    assert table.BREAKDOWN_COLUMNS == tuple(f"{c}_bytes" for c in record.CATEGORIES)
+    assert table.PHASE_COLUMNS == tuple(f"{p}_peak_bytes" for p in record.PHASES)

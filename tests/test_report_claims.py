@@ -6,10 +6,13 @@ The numbers are invented so that each claim lands on a known verdict; they measu
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from report import GIB, claims, recommend, table
-from tests.test_report import failed, made, spec
+from bench import techniques
+from report import GIB, claims, plot_pareto, plot_steps, recommend, table
+from tests.test_report import ROOT, failed, made, spec
 
 N = 10_000_000            # parameters of the made-up cpu model
 M = "tiny-llama"
@@ -47,9 +50,10 @@ def cpu_records():
 
 def sim(techs, nbytes_gib, verdicts, flops, **kw):
     det = {"verdict_rule": RULE, "verdict_reserve_bytes": 2 * GIB} | kw.pop("details", {})
-    return made(spec(BIG, "sim", techs, mode="sim", batch_size=1, seq_len=512, **kw.pop("shape", {})),
+    return made(spec(BIG, "sim", techs, mode="sim", batch_size=1, seq_len=512, verdict_gpus=tuple(verdicts),
+                     **kw.pop("shape", {})),
                 {k: v * GIB for k, v in nbytes_gib.items()}, verdicts=verdicts, flops_per_step=flops,
-                params_total=70_553_706_496, details=det, **kw)
+                **({"params_total": 70_553_706_496} | kw), details=det)
 
 
 ALL_OOM = {"h100-80gb": "oom", "l40s": "oom", "rtx-a6000": "oom", "t4": "oom"}
@@ -188,3 +192,70 @@ def test_measured_recommendations():
     (c,) = recommend.recommend(frame, "cpu")
     assert c["fix"] is None and c["fix_note"] == "not needed: the baseline fits" and c["fastest"]["technique"] == "bf16"
     assert recommend.section(table.to_frame([]), "cuda") is None
+
+
+# ---- one value per threshold; facts from the table only ----
+
+def test_a_threshold_is_one_number_for_the_text_and_the_verdict(df):
+    gc = next(c for c in claims.CLAIMS if c.key == "gc-time")
+    assert gc.thresholds == "holds: median step-time (sim: FLOPs) increase 15-35%; partly: 5-50%"
+    stricter = dataclasses.replace(gc, limits={"holds": (15, 20), "partly": (5, 50)})
+    (cpu_row,) = [r for r in claims.evaluate(df, (stricter,)) if r["mode"] == "cpu"]
+    assert cpu_row["thresholds"] == "holds: median step-time (sim: FLOPs) increase 15-20%; partly: 5-50%"
+    assert cpu_row["verdict"] == "partly"                     # +25% no longer within holds
+    for claim in claims.CLAIMS:                               # every text is made from its numbers
+        assert claim.thresholds and "{" not in claim.thresholds
+        changed = {k: tuple(x * 3 + 1 for x in v) if isinstance(v, tuple) else v * 3 + 1 for k, v in claim.limits.items()}
+        assert dataclasses.replace(claim, limits=changed).thresholds != claim.thresholds, claim.key
+
+
+def test_qlora_claim_reads_capacities_from_the_records():
+    """No GPU file and no byte counts in the report: a card is 48 GB if its record says so."""
+    rec = sim(["qlora"], {"parameters": 40}, {"my-46g": "fits", "l40s": "fits"}, 1e15)
+    rec["verdict_gpu_memory_bytes"] = {"my-46g": 46 * GIB, "l40s": 80 * GIB}   # this run's "l40s" is bigger
+    (row,) = [r for r in claims.evaluate(table.to_frame([rec])) if r["key"] == "qlora-70b"]
+    assert row["verdict"] == "holds" and "my-46g: fits" in row["evidence"][0] and "l40s" not in row["evidence"][0]
+    small = sim(["qlora"], {"parameters": 40}, {"l40s": "fits"}, 1e15, params_total=8_000_000_000)
+    (row,) = [r for r in claims.evaluate(table.to_frame([small])) if r["key"] == "qlora-70b"]
+    assert row["verdict"] == "not measured here"              # an 8B model, whatever its name says
+    assert "yaml" not in (ROOT / "report" / "claims.py").read_text()
+
+
+def test_adam_2x_takes_cells_by_their_knobs():
+    spelled = cpu(["fp32", "adamw", "sdpa"], BASE, details={"optimizer_state_dtypes": ["float32"]})
+    rows = {r["key"]: r for r in claims.evaluate(table.to_frame([spelled]))}
+    assert rows["adam-2x"]["cells"] == ["tiny-llama__cpu__fp32+adamw+sdpa"]   # the baseline's knobs, spelled out
+    sgd = cpu(["sgd"], BASE)
+    assert {r["key"]: r for r in claims.evaluate(table.to_frame([sgd]))}["adam-2x"]["verdict"] == "not measured here"
+
+
+def test_workload_changes_come_from_the_knobs_not_the_name(monkeypatch):
+    """A catalogue technique that sets the sequence length under a name no pattern knows."""
+    monkeypatch.setitem(techniques.CATALOG, "ctx64", techniques.Technique("ctx64", {"seq_len": 64}, "64 tokens"))
+    recs = [cpu(["baseline"], BASE, tokens_per_s=1000.0),
+            made(spec(M, "cpu", ["ctx64"], mode="cpu", seq_len=64, gpu_memory_bytes=24 * GIB), BASE, tokens_per_s=9000.0)]
+    frame = table.to_frame(recs)
+    (r,) = recommend.recommend(frame, "cpu")
+    assert r["fastest"]["technique"] == "baseline"            # ctx64 trains another workload: not a candidate
+    assert set(plot_pareto.pareto_long(frame)["technique"]) == {"baseline"}
+    long = plot_steps.seqlen_long(frame)
+    assert list(long["group"]) == ["baseline", "baseline"] and list(long["seq_len"]) == [64, 512]
+
+
+def test_no_technique_name_patterns_in_the_report():
+    for path in (ROOT / "report").glob("*.py"):
+        text = path.read_text()
+        assert "re.compile" not in text and "knobs_of" not in text, path.name
+
+
+def test_qlora_model_size_comes_from_the_unquantized_cells():
+    """A QLoRA record counts NF4 weights packed two per byte (about half the model): the model's
+    size is its largest count in the table, whatever the model is called."""
+    def rec(techs, n, verdicts):
+        r = sim(techs, {"parameters": 40}, verdicts, 1e15, params_total=n)
+        return r | {"model": "big-model", "cell": r["cell"].replace(BIG, "big-model")}
+    qlora = rec(["qlora"], 36_360_953_856, {"l40s": "fits"})
+    alone = {r["key"]: r for r in claims.evaluate(table.to_frame([qlora]))}["qlora-70b"]
+    assert alone["verdict"] == "not measured here"
+    both = [qlora, rec(["baseline"], 70_553_706_496, {"l40s": "oom"})]
+    assert {r["key"]: r for r in claims.evaluate(table.to_frame(both))}["qlora-70b"]["verdict"] == "holds"

@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
-from bench import record
+from bench import atomic, record
 from report import table
 from tests.helpers import REPO
 
@@ -66,7 +66,7 @@ def test_table_and_report_from_real_records(together, tmp_path):
     cells = []
     for cid, rec in recs.items():
         p = tmp_path / f"{cid}.json"
-        record.write_atomic(p, {"benchmarks": [{"name": cid, "extra_info": rec}]})
+        atomic.write_json(p, {"benchmarks": [{"name": cid, "extra_info": rec}]})
         cells.append(str(p))
     csv, html = tmp_path / "table.csv", tmp_path / "report.html"
     subprocess.run([sys.executable, "-m", "report.table", *cells, "--out", str(csv)], cwd=REPO, check=True)
