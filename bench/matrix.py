@@ -49,6 +49,8 @@ _Validator = jsonschema.validators.extend(
     type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda _checker, v: type(v) is int))
 
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where built: the same rules, faster
+
 NAME_MAX = 255  # bytes in one file name (ext4, xfs, btrfs, APFS)
 # Every file name made from a cell id; the longest sets how long an id may be.
 ID_FILE_NAMES = (
@@ -131,7 +133,7 @@ def _sans_study(spec: dict) -> dict:
 def _read_yaml(path: Path, what: str):
     """The document at ``path`` under YAML's safe loader: no tags that build Python objects."""
     try:
-        return yaml.safe_load(path.read_text())
+        return yaml.load(path.read_text(), Loader=SAFE_LOADER)
     except FileNotFoundError:
         raise MatrixError(path, "", f"no such {what} file") from None
     except yaml.YAMLError as exc:
@@ -264,15 +266,22 @@ def _spec(ctx: dict, study: str, model: str, gpu: str, names: list[str], knobs: 
 def _inputs(ctx: dict, model: str, gpu: str, names: list[str], knobs: dict, options: dict) -> dict:
     """Digests of the content of each thing the cell depends on (bench/inputs.py)."""
     ds = ctx["ds_dir"] / f"{knobs['dist']}.json" if (knobs["dist"] or "").startswith("zero") else None
-    profiles = ({g: ctx["gpus"][g] for g in ctx["study_gpus"]} if ctx["mode"] == "sim"
-                else {gpu: ctx["gpus"][gpu]})
+    used = tuple(ctx["study_gpus"]) if ctx["mode"] == "sim" else (gpu,)
     return {
         "model_config": _file_digest(ctx, ctx["models_dir"] / f"{model}.json", "model config"),
         "ds_config": _file_digest(ctx, ds, "DeepSpeed config") if ds else None,
-        "gpus": inputs.digest(profiles),
-        "techniques": inputs.digest([[inputs.technique_entry(tech.lookup(n)) for n in names], knobs]),
+        "gpus": _memo(ctx, ("gpus", used), lambda: {g: ctx["gpus"][g] for g in used}),
+        "techniques": _memo(ctx, ("techniques", tuple(names)),
+                            lambda: [[inputs.technique_entry(tech.lookup(n)) for n in names], knobs]),
         "options": inputs.digest(options),
     }
+
+
+def _memo(ctx: dict, key, content) -> str:
+    """The digest of ``content()``, computed once per load for each key."""
+    if key not in ctx["digests"]:
+        ctx["digests"][key] = inputs.digest(content())
+    return ctx["digests"][key]
 
 
 def _file_digest(ctx: dict, file: Path, what: str) -> str:
