@@ -198,7 +198,8 @@ def _expand(path, doc, study, body, models_dir, gpus, digests):
             raise MatrixError(path, f"{where}.gpus[{i}]", f"unknown gpu {gpu!r} (known: {', '.join(sorted(gpus))})")
         want = "cpu" if mode == "cpu" else "cuda"
         if gpus[gpu]["kind"] != want:
-            raise MatrixError(path, f"{where}.gpus[{i}]", f"{mode} mode needs a {want} gpu profile, {gpu!r} is {gpus[gpu]['kind']}")
+            raise MatrixError(path, f"{where}.gpus[{i}]",
+                              f"{mode} mode needs a {want} gpu profile, {gpu!r} is {gpus[gpu]['kind']}")
     combos = []
     for i, combo in enumerate(body["techniques"]):
         key, names = f"{where}.techniques[{i}]", combo.split("+")
@@ -229,9 +230,8 @@ def _spec(ctx: dict, study: str, model: str, gpu: str, names: list[str], knobs: 
     path, where, mode, shape, options = ctx["path"], ctx["where"], ctx["mode"], ctx["shape"], ctx["options"]
     batch = knobs["batch_size"] or shape["batch_size"]
     if batch % knobs["accum"]:
-        raise MatrixError(path, f"{where}.techniques", f"{'+'.join(names)}: batch {batch} does not split into {knobs['accum']} micro-batches")
-    if shape["warmup_steps"] < 1 or shape["steps"] < 1:
-        raise MatrixError(path, f"{where}", "steps and warmup_steps must be at least 1 (the first step allocates the optimizer state)")
+        raise MatrixError(path, f"{where}.techniques",
+                          f"{'+'.join(names)}: batch {batch} does not split into {knobs['accum']} micro-batches")
     device = ctx["gpus"][gpu] if mode != "sim" else None
     ds = ctx["ds_dir"] / f"{knobs['dist']}.json"
     if (knobs["dist"] or "").startswith("zero") and not ds.is_file():

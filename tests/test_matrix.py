@@ -166,8 +166,9 @@ def test_numbered_techniques_obey_the_schema_minimums(matrix_file, combo, knob, 
     path = matrix_file({"s": dict(STUDY, techniques=[combo])})
     with pytest.raises(matrix.MatrixError) as err:
         matrix.load(path)
-    assert str(err.value) == (f"{path}: studies.s.techniques[0]: {combo}: {combo} sets {knob} to {combo.lstrip('sbgaw')}, "
-                              f"below its minimum of {minimum}")
+    n = combo.lstrip("sbgaw")
+    reason = f"{combo} sets {knob} to {n}, below its minimum of {minimum}"
+    assert str(err.value) == f"{path}: studies.s.techniques[0]: {combo}: {reason}"
     assert tech.MINIMUMS[knob] == minimum
     if knob in ("seq_len", "batch_size"):  # the schema's minimum is the same number, from the same place
         assert matrix.SCHEMA["$defs"]["shape"]["properties"][knob]["minimum"] == minimum
@@ -262,8 +263,9 @@ def test_inputs_digest_changes_for_exactly_the_cells_whose_inputs_changed(matrix
                     "h100-80gb:\n  kind: cuda\n  memory_bytes: 85045477376\n")
     top = {"models_dir": str(models), "deepspeed_dir": str(tmp_path / "ds"), "gpus_file": str(gpus),
            "technique_options": {"lora": {"r": 8}}}
-    path = matrix_file({"c": dict(STUDY, models=["a", "b"], gpus=["cpu-small", "cpu-big"], techniques=["gc", "zero3", "lora"]),
-                        "s": {"mode": "sim", "models": ["a"], "gpus": ["h100-80gb"], "techniques": ["gc"]}}, **top)
+    studies = {"c": dict(STUDY, models=["a", "b"], gpus=["cpu-small", "cpu-big"], techniques=["gc", "zero3", "lora"]),
+               "s": {"mode": "sim", "models": ["a"], "gpus": ["h100-80gb"], "techniques": ["gc"]}}
+    path = matrix_file(studies, **top)
     before = matrix.load(path)
 
     def changed():
@@ -292,7 +294,5 @@ def test_inputs_digest_changes_for_exactly_the_cells_whose_inputs_changed(matrix
     assert changed() == {"a__cpu-small__gc", "a__cpu-big__gc", "b__cpu-small__gc", "b__cpu-big__gc", "a__sim__gc"}
     before = matrix.load(path)
 
-    matrix_file({"c": dict(STUDY, models=["a", "b"], gpus=["cpu-small", "cpu-big"], techniques=["gc", "zero3", "lora"]),
-                 "s": {"mode": "sim", "models": ["a"], "gpus": ["h100-80gb"], "techniques": ["gc"]}},
-                **{**top, "technique_options": {"lora": {"r": 16}}})
+    matrix_file(studies, **{**top, "technique_options": {"lora": {"r": 16}}})
     assert changed() == {f"{m}__{g}__lora" for m in "ab" for g in ("cpu-small", "cpu-big")}
