@@ -5,28 +5,62 @@ Torch-free. Every problem is a ``MatrixError`` naming the file, the key path and
 raised before any cell runs.
 
 A cell id is ``<model>__<gpu>__<technique>[+<technique>...]``: the pytest id, the Snakemake
-wildcard and the results file name. The axes travel as data in the cell spec; nothing
-parses an id back. In sim mode the gpu part is ``sim``: one simulation serves every GPU
+wildcard and the results file name (so at most ``ID_MAX_BYTES`` long). The axes travel as
+data in the cell spec; nothing parses an id back. One set of techniques has one spelling:
+``gc+lora`` beside ``lora+gc`` for the same model and device is refused, as is a cell listed
+twice in a study. In sim mode the gpu part is ``sim``: one simulation serves every GPU
 profile listed by the study, each of which gets a verdict.
 
     >>> cells = load("matrix/default.yaml")      # {cell id: spec dict}
+
+Each spec carries ``inputs_sha256``: digests of the content of everything the cell depends on
+(model config, DeepSpeed config, GPU profiles, catalogue entries, technique options), so the
+Snakemake rule, whose ``params`` is the spec, reruns a cell exactly when one of them changes.
 """
 from __future__ import annotations
 
 import itertools
 import json
-import re
 from pathlib import Path
 
 import jsonschema
 import yaml
 
+from bench import inputs
 from bench import techniques as tech
 
 DEFAULT_MATRIX = Path(__file__).resolve().parent.parent / "matrix" / "default.yaml"
-SLUG = re.compile(r"[a-z0-9.-]+")
-SCHEMA = json.loads((Path(__file__).with_name("matrix.schema.json")).read_text())
 SHAPE_KEYS = ("batch_size", "seq_len", "steps", "warmup_steps", "timeout_s", "seed")
+
+
+def _schema() -> dict:
+    """matrix.schema.json with each shape minimum from bench.techniques.MINIMUMS (their one home)."""
+    schema = json.loads((Path(__file__).with_name("matrix.schema.json")).read_text())
+    for key, prop in schema["$defs"]["shape"]["properties"].items():
+        if key in tech.MINIMUMS:
+            prop["minimum"] = tech.MINIMUMS[key]
+    return schema
+
+
+SCHEMA = _schema()
+# "integer" means an int: not a bool (True is 1 in Python) and not a float such as 5e9
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda _checker, v: type(v) is int))
+
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where built: the same rules, faster
+
+NAME_MAX = 255  # bytes in one file name (ext4, xfs, btrfs, APFS)
+# Every file name made from a cell id; the longest sets how long an id may be.
+ID_FILE_NAMES = (
+    "{id}.json",                 # results/cells/
+    "{id}.log",                  # results/logs/ (snakemake's log of the rule)
+    "{id}.worker.log",           # the worker's own log
+    ".{id}.json.XXXXXXXX",       # record.write_atomic's temp file (mkstemp: 8 random characters)
+    "{id}.json.rank9999.pid",    # a rank's pid file beside its record (bench/ranks.pid_path), w < 10000
+)
+ID_MAX_BYTES = NAME_MAX - max(len(name.format(id="")) for name in ID_FILE_NAMES)
 
 
 class MatrixError(ValueError):
@@ -39,24 +73,52 @@ class MatrixError(ValueError):
 def load(path=DEFAULT_MATRIX) -> dict[str, dict]:
     """Validate the matrix at ``path`` and return its cells, {cell id: spec}, in file order."""
     path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise MatrixError(path, "", "no such matrix file") from None
-    except yaml.YAMLError as exc:
-        raise MatrixError(path, "", f"not valid YAML: {exc}") from None
-    _check_schema(path, doc)
+    return _unique(path, expand(path))
+
+
+def expand(path) -> list[tuple[str, dict]]:
+    """Every (key, spec) the studies of ``path`` expand to, duplicates included, where key
+    is where the cell was asked for (``studies.<s>.techniques[<i>]``)."""
+    path = Path(path)
+    doc = _read_yaml(path, what="matrix")
+    _check_schema(path, doc, SCHEMA)
     base = path.parent
     models_dir = (base / doc.get("models_dir", "models")).resolve()
     gpus = _load_gpus(path, base, doc)
+    digests: dict = {}  # {file: digest}, each input file read once per load
+    return [out for study, body in doc["studies"].items()
+            for out in _expand(path, doc, study, body, models_dir, gpus, digests)]
+
+
+def _unique(path, expanded: list[tuple[str, dict]]) -> dict[str, dict]:
+    """{cell id: spec}, refusing what would make two rows one or one row two: an id listed
+    twice in a study, an id whose settings differ between studies, one set of techniques
+    spelled two ways, and an id too long for a file name."""
     cells: dict[str, dict] = {}
-    for study, body in doc["studies"].items():
-        for spec in _expand(path, doc, study, body, models_dir, gpus):
-            old = cells.get(spec["cell"])
-            if old is not None and _sans_study(old) != _sans_study(spec):
-                raise MatrixError(path, f"studies.{study}",
-                                  f"cell {spec['cell']} is also in study {old['study']} with other settings")
-            cells.setdefault(spec["cell"], spec)
+    asked: dict[str, str] = {}
+    spelled: dict[tuple, tuple[str, str]] = {}
+    for key, spec in expanded:
+        cid, combo = spec["cell"], "+".join(spec["techniques"])
+        old = cells.get(cid)
+        if old is not None:
+            if old["study"] == spec["study"]:
+                raise MatrixError(path, key, f"cell {cid} is listed twice (also at {asked[cid]})")
+            if _sans_study(old) != _sans_study(spec):
+                raise MatrixError(path, f"studies.{spec['study']}",
+                                  f"cell {cid} is also in study {old['study']} with other settings")
+            continue
+        same = (spec["model"], spec["gpu"], frozenset(spec["techniques"]))
+        if same in spelled:
+            other, where = spelled[same]
+            raise MatrixError(path, key, f"{combo} and {other} (at {where}) are the same techniques in another "
+                                         f"order, one cell for {spec['model']} on {spec['gpu']}: keep one spelling")
+        if len(cid.encode()) > ID_MAX_BYTES:
+            raise MatrixError(path, key, f"cell id {cid} is {len(cid.encode())} bytes, over the limit of "
+                                         f"{ID_MAX_BYTES}: a file name holds {NAME_MAX} bytes and up to "
+                                         f"{NAME_MAX - ID_MAX_BYTES} are added to the id "
+                                         f"({', '.join(n.format(id='<id>') for n in ID_FILE_NAMES)}): "
+                                         f"shorten the model or technique names")
+        spelled[same], asked[cid], cells[cid] = (combo, key), key, spec
     return cells
 
 
@@ -68,30 +130,55 @@ def _sans_study(spec: dict) -> dict:
     return {k: v for k, v in spec.items() if k not in ("study", "baseline_cell")}
 
 
-def _check_schema(path, doc) -> None:
-    errors = sorted(jsonschema.Draft202012Validator(SCHEMA).iter_errors(doc), key=lambda e: list(e.path))
+def _read_yaml(path: Path, what: str):
+    """The document at ``path`` under YAML's safe loader: no tags that build Python objects."""
+    try:
+        return yaml.load(path.read_text(), Loader=SAFE_LOADER)
+    except FileNotFoundError:
+        raise MatrixError(path, "", f"no such {what} file") from None
+    except yaml.YAMLError as exc:
+        raise MatrixError(path, "", f"not valid YAML (safe subset, no Python tags): {_one_line(exc)}") from None
+
+
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise MatrixError(path, "", f"no such {what} file") from None
+    except ValueError as exc:
+        raise MatrixError(path, "", f"not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise MatrixError(path, "", f"a {what} must be a JSON object, not {type(doc).__name__}")
+    return doc
+
+
+def _check_schema(path, doc, schema: dict) -> None:
+    errors = sorted(_Validator(schema).iter_errors(doc), key=lambda e: list(e.path))
     if errors:
         err = errors[0]
         key = ".".join(str(p) for p in err.absolute_path)
-        raise MatrixError(path, key, err.message)
+        raise MatrixError(path, key, _one_line(err.message))
+
+
+def _one_line(text, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+GPUS_SCHEMA = {"$defs": SCHEMA["$defs"], "$ref": "#/$defs/gpus"}
 
 
 def _load_gpus(path, base: Path, doc: dict) -> dict:
+    """The gpus_file's profiles, checked like the matrix's own ``gpus:`` (which override them)."""
     gpus_file = base / doc.get("gpus_file", "gpus.yaml")
-    try:
-        gpus = yaml.safe_load(gpus_file.read_text()) or {}
-    except FileNotFoundError:
-        raise MatrixError(path, "gpus_file", f"{gpus_file} does not exist") from None
-    gpus.update(doc.get("gpus", {}))
-    for name, prof in gpus.items():
-        if not SLUG.fullmatch(name):
-            raise MatrixError(path, f"gpus.{name}", "a gpu name must be a slug of [a-z0-9.-]")
-        if prof.get("kind") not in ("cpu", "cuda") or not isinstance(prof.get("memory_bytes"), int):
-            raise MatrixError(gpus_file, name, "a gpu profile needs kind (cpu|cuda) and memory_bytes (int)")
-    return gpus
+    if not gpus_file.is_file():
+        raise MatrixError(path, "gpus_file", f"{gpus_file} does not exist")
+    gpus = _read_yaml(gpus_file, what="gpus") or {}
+    _check_schema(gpus_file, gpus, GPUS_SCHEMA)
+    return {**gpus, **doc.get("gpus", {})}
 
 
-def _expand(path, doc, study, body, models_dir, gpus):
+def _expand(path, doc, study, body, models_dir, gpus, digests):
     where = f"studies.{study}"
     mode = body["mode"]
     shape = {**doc.get("defaults", {}), **{k: body[k] for k in SHAPE_KEYS if k in body}}
@@ -102,7 +189,7 @@ def _expand(path, doc, study, body, models_dir, gpus):
     shape.setdefault("seed", 0)
     ctx = {"path": path, "where": where, "mode": mode, "shape": shape, "gpus": gpus, "study_gpus": body["gpus"],
            "models_dir": models_dir, "options": doc.get("technique_options", {}),
-           "ds_dir": (path.parent / doc.get("deepspeed_dir", "deepspeed")).resolve()}
+           "ds_dir": (path.parent / doc.get("deepspeed_dir", "deepspeed")).resolve(), "digests": digests}
     for i, model in enumerate(body["models"]):
         if not (models_dir / f"{model}.json").is_file():
             raise MatrixError(path, f"{where}.models[{i}]", f"no model config {models_dir / (model + '.json')}")
@@ -111,23 +198,27 @@ def _expand(path, doc, study, body, models_dir, gpus):
             raise MatrixError(path, f"{where}.gpus[{i}]", f"unknown gpu {gpu!r} (known: {', '.join(sorted(gpus))})")
         want = "cpu" if mode == "cpu" else "cuda"
         if gpus[gpu]["kind"] != want:
-            raise MatrixError(path, f"{where}.gpus[{i}]", f"{mode} mode needs a {want} gpu profile, {gpu!r} is {gpus[gpu]['kind']}")
+            raise MatrixError(path, f"{where}.gpus[{i}]",
+                              f"{mode} mode needs a {want} gpu profile, {gpu!r} is {gpus[gpu]['kind']}")
     combos = []
     for i, combo in enumerate(body["techniques"]):
-        names = combo.split("+")
+        key, names = f"{where}.techniques[{i}]", combo.split("+")
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise MatrixError(path, key, f"{combo}: names {', '.join(repeated)} more than once")
         try:
             knobs = tech.knobs(names)
         except (KeyError, ValueError) as exc:
-            raise MatrixError(path, f"{where}.techniques[{i}]", f"{combo}: {exc.args[0]}") from None
-        combos.append((names, knobs))
-    if ["baseline"] not in [n for n, _ in combos]:
-        combos.insert(0, (["baseline"], tech.knobs(["baseline"])))
+            raise MatrixError(path, key, f"{combo}: {exc.args[0]}") from None
+        combos.append((key, names, knobs))
+    if ["baseline"] not in [n for _, n, _ in combos]:
+        combos.insert(0, (where, ["baseline"], tech.knobs(["baseline"])))
     excludes = body.get("exclude", [])
     device_axis = ["sim"] if mode == "sim" else body["gpus"]
-    for model, gpu, (names, knobs) in itertools.product(body["models"], device_axis, combos):
+    for model, gpu, (key, names, knobs) in itertools.product(body["models"], device_axis, combos):
         if any(_excluded(rule, model, gpu, names) for rule in excludes):
             continue
-        yield _spec(ctx, study, model, gpu, names, knobs)
+        yield key, _spec(ctx, study, model, gpu, names, knobs)
 
 
 def _excluded(rule: dict, model: str, gpu: str, names: list[str]) -> bool:
@@ -139,13 +230,13 @@ def _spec(ctx: dict, study: str, model: str, gpu: str, names: list[str], knobs: 
     path, where, mode, shape, options = ctx["path"], ctx["where"], ctx["mode"], ctx["shape"], ctx["options"]
     batch = knobs["batch_size"] or shape["batch_size"]
     if batch % knobs["accum"]:
-        raise MatrixError(path, f"{where}.techniques", f"{'+'.join(names)}: batch {batch} does not split into {knobs['accum']} micro-batches")
-    if shape["warmup_steps"] < 1 or shape["steps"] < 1:
-        raise MatrixError(path, f"{where}", "steps and warmup_steps must be at least 1 (the first step allocates the optimizer state)")
+        raise MatrixError(path, f"{where}.techniques",
+                          f"{'+'.join(names)}: batch {batch} does not split into {knobs['accum']} micro-batches")
     device = ctx["gpus"][gpu] if mode != "sim" else None
     ds = ctx["ds_dir"] / f"{knobs['dist']}.json"
     if (knobs["dist"] or "").startswith("zero") and not ds.is_file():
         raise MatrixError(path, f"{where}.techniques", f"{'+'.join(names)}: no DeepSpeed config {ds}")
+    options = {"lora": options.get("lora", {})} if knobs["adapter"] else {}
     return {
         "cell": cell_id(model, gpu, names),
         "study": study,
@@ -157,7 +248,7 @@ def _spec(ctx: dict, study: str, model: str, gpu: str, names: list[str], knobs: 
         "mode": mode,
         "techniques": names,
         "knobs": knobs,
-        "options": {"lora": options.get("lora", {})} if knobs["adapter"] else {},
+        "options": options,
         "world_size": knobs["world_size"],
         "batch_size": batch,
         "seq_len": knobs["seq_len"] or shape["seq_len"],
@@ -168,4 +259,36 @@ def _spec(ctx: dict, study: str, model: str, gpu: str, names: list[str], knobs: 
         "ds_config": str(ds) if (knobs["dist"] or "").startswith("zero") else None,
         "verdict_gpus": {g: ctx["gpus"][g] for g in ctx["study_gpus"]} if mode == "sim" else {},
         "skip_reason": tech.skip_reason(names, knobs, mode),
+        "inputs_sha256": _inputs(ctx, model, gpu, names, knobs, options),
     }
+
+
+def _inputs(ctx: dict, model: str, gpu: str, names: list[str], knobs: dict, options: dict) -> dict:
+    """Digests of the content of each thing the cell depends on (bench/inputs.py)."""
+    ds = ctx["ds_dir"] / f"{knobs['dist']}.json" if (knobs["dist"] or "").startswith("zero") else None
+    used = tuple(ctx["study_gpus"]) if ctx["mode"] == "sim" else (gpu,)
+    return {
+        "model_config": _file_digest(ctx, ctx["models_dir"] / f"{model}.json", "model config"),
+        "ds_config": _file_digest(ctx, ds, "DeepSpeed config") if ds else None,
+        "gpus": _memo(ctx, ("gpus", used), lambda: {g: ctx["gpus"][g] for g in used}),
+        "techniques": _memo(ctx, ("techniques", tuple(names)),
+                            lambda: [[inputs.technique_entry(tech.lookup(n)) for n in names], knobs]),
+        "options": inputs.digest(options),
+    }
+
+
+def _memo(ctx: dict, key, content) -> str:
+    """The digest of ``content()``, computed once per load for each key."""
+    if key not in ctx["digests"]:
+        ctx["digests"][key] = inputs.digest(content())
+    return ctx["digests"][key]
+
+
+def _file_digest(ctx: dict, file: Path, what: str) -> str:
+    """The digest of a JSON input's content (read and checked once per load)."""
+    if file not in ctx["digests"]:
+        doc = _read_json(file, what)
+        if what == "model config" and not isinstance(doc.get("model_type"), str):
+            raise MatrixError(file, "model_type", "missing: transformers needs it to build the architecture")
+        ctx["digests"][file] = inputs.digest(doc)
+    return ctx["digests"][file]

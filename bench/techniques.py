@@ -152,28 +152,42 @@ CATALOG: dict[str, Technique] = dict([
        mode_note="a host-memory effect at load time; a simulated step loads nothing"),
 ])
 
+# The smallest value of each shape setting: the one home of these minimums, used by the
+# matrix schema (bench/matrix.py fills them in) and by the numbered techniques below.
+# A causal LM predicts token t+1 from token t: one token leaves no target, and its loss is
+# NaN (an ok-looking step that trains nothing), so a sequence needs two.
+MINIMUMS = {"batch_size": 1, "seq_len": 2, "steps": 1, "warmup_steps": 1, "accum": 1, "world_size": 1}
+
+
+def _numbered(prefix: str, knob: str, summary: str, **kw):
+    """A technique family ``<prefix><N>`` setting ``knob`` to N (ga4, b8, s512, w2)."""
+    def make(n: int) -> Technique:
+        if n < MINIMUMS[knob]:
+            raise ValueError(f"{prefix}{n} sets {knob} to {n}, below its minimum of {MINIMUMS[knob]}")
+        return Technique(f"{prefix}{n}", {knob: n}, summary.format(n=n), **kw)
+    return re.compile(prefix + r"(0|[1-9][0-9]*)"), make
+
+
 # Techniques with a number: ga4 (4 micro-batches), b8 (batch 8), s512 (sequence 512), w2 (2 ranks).
-PATTERNS = {
-    re.compile(r"ga([1-9][0-9]*)"): lambda n: Technique(
-        f"ga{n}", {"accum": n}, f"gradient accumulation over {n} micro-batches of batch/{n}",
-        saves="activations", expected="activations / N at the same effective batch",
-        overhead="less parallelism per step"),
-    re.compile(r"b([1-9][0-9]*)"): lambda n: Technique(
-        f"b{n}", {"batch_size": n}, f"batch size {n}", saves="activations",
-        expected="activations scale with batch", overhead="throughput"),
-    re.compile(r"s([1-9][0-9]*)"): lambda n: Technique(
-        f"s{n}", {"seq_len": n}, f"sequence length {n}", saves="activations",
-        expected="activations scale with sequence length", overhead="shorter context"),
-    re.compile(r"w([1-9][0-9]*)"): lambda n: Technique(
-        f"w{n}", {"world_size": n}, f"{n} processes (ranks)", saves="parameters, gradients, optimizer",
-        expected="sharded states / N per GPU", overhead="communication"),
-}
+# Written without leading zeros, so one setting has one spelling (one cell id).
+PATTERNS = dict([
+    _numbered("ga", "accum", "gradient accumulation over {n} micro-batches of batch/{n}",
+              saves="activations", expected="activations / N at the same effective batch",
+              overhead="less parallelism per step"),
+    _numbered("b", "batch_size", "batch size {n}", saves="activations",
+              expected="activations scale with batch", overhead="throughput"),
+    _numbered("s", "seq_len", "sequence length {n}", saves="activations",
+              expected="activations scale with sequence length", overhead="shorter context"),
+    _numbered("w", "world_size", "{n} processes (ranks)", saves="parameters, gradients, optimizer",
+              expected="sharded states / N per GPU", overhead="communication"),
+])
 
 SHARDED = {"zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "fsdp"}
 
 
 def lookup(name: str) -> Technique:
-    """The technique called ``name``; KeyError with the known names otherwise."""
+    """The technique called ``name``; KeyError with the known names otherwise, ValueError
+    for a numbered one below its minimum (``s1``)."""
     if name in CATALOG:
         return CATALOG[name]
     for pattern, make in PATTERNS.items():

@@ -2,12 +2,13 @@
 gives a record with a status and a reason, and a row in the table."""
 import json
 import os
-import shutil
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from bench import atomic, launch, matrix, record, techniques
@@ -15,6 +16,9 @@ from report import table
 from tests.helpers import MATRIX_DIR
 
 pytestmark = pytest.mark.slow
+# tiny-llama cut down, so that each failing worker is mostly its imports
+TINY_DIMS = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+             "vocab_size": 256, "num_hidden_layers": 2}
 
 
 def _one(path, cell):
@@ -88,16 +92,37 @@ def test_a_killed_worker_is_an_error_record_with_its_log_tail(tmp_path, matrix_f
     assert record.problems(result) == []
 
 
-def test_every_failure_kind_is_a_row(tmp_path):
-    spec = {"cell": "m__cpu__gc", "model": "m", "gpu": "cpu", "techniques": ["gc"], "mode": "cpu", "world_size": 1,
-            "batch_size": 1, "seq_len": 8, "steps": 1, "warmup_steps": 1, "gpu_memory_bytes": 1,
-            "knobs": techniques.knobs(["gc"]), "verdict_gpus": {}}
-    paths = []
-    for status in ("oom", "error", "timeout", "skipped"):
-        rec = record.failure(dict(spec, cell=f"m__cpu__{status}"), status, f"because {status}")
-        path = tmp_path / f"m__cpu__{status}.json"
-        atomic.write_json(path, {"benchmarks": [{"name": "x", "extra_info": rec}]})
-        paths.append(path)
-    frame = table.to_frame(table.load_records(paths))
-    assert sorted(frame["status"]) == ["error", "oom", "skipped", "timeout"]
-    assert frame["reason"].str.startswith("because").all()
+def test_every_failure_kind_is_a_row(tmp_path, matrix_file):
+    """Real failures of each kind, run together through the launcher, then through the table
+    command the workflow runs: every cell is a row with its status and reason."""
+    models = tmp_path / "models"
+    models.mkdir()
+    tiny = {**json.loads((MATRIX_DIR / "models" / "tiny-llama.json").read_text()), **TINY_DIMS}
+    (models / "tiny.json").write_text(json.dumps(tiny))
+    (models / "broken.json").write_text(json.dumps({**tiny, "intermediate_size": -1}))  # torch refuses it
+    cpu = {"mode": "cpu", "models": ["tiny"], "gpus": ["cpu"]}
+    path = matrix_file({
+        "error": {**cpu, "models": ["broken"], "techniques": ["baseline"]},
+        "oom": {**cpu, "gpus": ["cpu-64k"], "techniques": ["baseline"]},
+        "timeout": {**cpu, "techniques": ["baseline"], "timeout_s": 1},
+        "skipped": {**cpu, "techniques": ["fa2"], "exclude": [{"techniques": "baseline"}]},
+    }, models_dir=str(models), gpus={"cpu-64k": {"kind": "cpu", "memory_bytes": 1 << 16}})
+    cells = matrix.load(path)
+    expected = {"broken__cpu__baseline": ("error", "negative dimension"),
+                "tiny__cpu-64k__baseline": ("oom", str(1 << 16)),
+                "tiny__cpu__baseline": ("timeout", "limit of 1 s"),
+                "tiny__cpu__fa2": ("skipped", "fa2 does not run in cpu mode")}
+    assert sorted(cells) == sorted(expected)
+    with ThreadPoolExecutor(len(cells)) as pool:  # each cell is its own worker process
+        recs = dict(zip(cells, pool.map(lambda c: launch.run_cell(cells[c], tmp_path / f"{c}.log"), cells)))
+    files = []
+    for cell, rec in recs.items():
+        assert record.problems(rec) == [], (cell, record.problems(rec))
+        files.append(str(tmp_path / "cells" / f"{cell}.json"))
+        atomic.write_json(files[-1], {"benchmarks": [{"name": f"test_cell[{cell}]", "extra_info": rec}]})
+    assert table.main([*files, "--out", str(tmp_path / "table.csv")]) == 0
+    rows = pd.read_csv(tmp_path / "table.csv").set_index("cell")
+    assert sorted(rows.index) == sorted(expected)
+    for cell, (status, reason) in expected.items():
+        assert rows.loc[cell, "status"] == status, (cell, rows.loc[cell, "reason"])
+        assert reason in rows.loc[cell, "reason"], (cell, rows.loc[cell, "reason"])

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from bench import atomic, matrix, record
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 SIM_STUDY = {"mode": "sim", "models": ["tiny-llama"], "gpus": ["l40s", "h100-80gb"], "techniques": ["zero3+w4"]}
 CPU_STUDY = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": ["gc"]}

@@ -3,7 +3,9 @@ from a local checkpoint, then precision, adapters and checkpointing as the knobs
 
 No hub access: configs are files in matrix/models/; checkpoints are made locally from the
 random-init model (``checkpoint_dir``) and cached, so ``from_pretrained`` paths (QLoRA's
-4-bit load, ``low_cpu_mem_usage``) run for real.
+4-bit load, ``low_cpu_mem_usage``) run for real. A cached checkpoint is found by the digest
+of what it was made from (config content, seed, library versions), never by the model's name
+alone: an edited config gets a new checkpoint, not the old weights under the new name.
 """
 from __future__ import annotations
 
@@ -18,8 +20,11 @@ from pathlib import Path
 import torch
 import transformers
 
+from bench import inputs
+
 ATTN = {"sdpa": "sdpa", "eager": "eager", "fa2": "flash_attention_2"}
 CACHE = Path(os.environ.get("FT_MEMBENCH_CACHE", Path(__file__).resolve().parents[2] / "results" / "cache"))
+KEY_FILE = "ft-membench-key.json"  # beside the weights: what the checkpoint was made from
 
 
 def load_config(path: str, attn: str) -> transformers.PretrainedConfig:
@@ -41,23 +46,39 @@ def random_init(config, knobs: dict, device) -> torch.nn.Module:
     return model
 
 
+def checkpoint_key(config_path: str, seed: int) -> dict:
+    """Everything a saved random-init checkpoint depends on: the config's content, the seed,
+    and the libraries that drew the weights (torch) and wrote them (transformers)."""
+    return {"model_config": json.loads(Path(config_path).read_text()), "seed": seed,
+            "transformers": transformers.__version__, "torch": torch.__version__}
+
+
+def checkpoint_path(model: str, key: dict) -> Path:
+    return CACHE / "checkpoints" / f"{model[:64]}-{inputs.digest(key)[:16]}"
+
+
 def checkpoint_dir(spec: dict) -> Path:
-    """A local fp32 checkpoint of the model's random init, saved once and reused. It is
-    saved by a child process, so that this worker's load-phase host RSS is loading only."""
-    path = CACHE / "checkpoints" / f"{spec['model']}-seed{spec['seed']}"
+    """A local fp32 checkpoint of the model's random init, saved once per key and reused. It
+    is saved by a child process, so that this worker's load-phase host RSS is loading only."""
+    path = checkpoint_path(spec["model"], checkpoint_key(spec["model_config"], spec["seed"]))
     if not (path / "config.json").is_file():
-        subprocess.run([sys.executable, "-m", "bench.worker.models", spec["model_config"], str(spec["seed"]), str(path)],
-                       check=True)
+        subprocess.run([sys.executable, "-m", "bench.worker.models", spec["model_config"], str(spec["seed"]),
+                        spec["model"], str(path)], check=True)
     return path
 
 
-def save_checkpoint(config_path: str, seed: int, path: Path) -> None:
-    """python -m bench.models CONFIG.json SEED OUT_DIR: save the seeded random init there."""
+def save_checkpoint(config_path: str, seed: int, model: str, path: Path) -> None:
+    """python -m bench.worker.models CONFIG.json SEED MODEL OUT_DIR: save the seeded random
+    init there, if OUT_DIR is still the path of the config's content (it was not edited since)."""
+    key = checkpoint_key(config_path, seed)
+    if checkpoint_path(model, key) != path:
+        raise SystemExit(f"{config_path} changed while its checkpoint {path} was being made: run the cell again")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     torch.manual_seed(seed)
     config = load_config(config_path, "sdpa")
     transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(tmp)
+    (tmp / KEY_FILE).write_text(json.dumps(key, indent=1, sort_keys=True))
     try:
         tmp.rename(path)
     except OSError:  # another worker finished first: theirs is the same bytes
@@ -136,4 +157,4 @@ def build(spec: dict, device, qlora_base=None) -> torch.nn.Module:
 
 
 if __name__ == "__main__":
-    save_checkpoint(sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]))
+    save_checkpoint(sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]))
