@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import atomic, launch, matrix, record, techniques
+from bench import atomic, launch, matrix, record
 from report import table
 from tests.helpers import MATRIX_DIR
 

@@ -8,141 +8,14 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # plain `pytest` from the repo root, no installed package
-    sys.path.insert(0, str(ROOT))
-
-from bench import record, techniques  # noqa: E402
-from report import GIB, build, compare, fmt, plots, sections, table  # noqa: E402
-
-EVIL = "<script>alert(1)</script>"
-# GPU capacities of the made-up records (the first two as a matrix's gpus.yaml says; others invented).
-CAPACITY = {"a100-80g": 80 * GIB, "h100-80g": 80 * GIB, "rtx-4090": 24 * GIB, "cpu-24g": 24 * GIB, "cpu": 24 * GIB,
-            "h100-80gb": 85045477376, "l40s": 47576711168, "rtx-a6000": 51160023040, "t4": 15828320256}
-SIM_GPUS = ("a100-80g", "rtx-4090")
-
-
-def spec(model, gpu, techs, mode="cuda", verdict_gpus=SIM_GPUS, **kw):
-    """A cell spec as bench.matrix makes one: knobs from the catalogue, capacities per mode."""
-    names = [t for t in techs if t != "baseline"]
-    return {"cell": f"{model}__{gpu}__{'+'.join(techs)}", "model": model, "gpu": gpu,
-            "techniques": list(techs), "knobs": techniques.knobs(names), "mode": mode, "world_size": 1,
-            "batch_size": 4, "seq_len": 512, "steps": 3, "warmup_steps": 1,
-            "gpu_memory_bytes": None if mode == "sim" else CAPACITY.get(gpu, 16 * GIB),
-            "verdict_gpus": {g: {"memory_bytes": CAPACITY.get(g, 16 * GIB)} for g in verdict_gpus} if mode == "sim" else {}} | kw
-
-
-def contract_details(sp, **given) -> dict:
-    """The details keys the record contract asks of an ok record of ``sp`` (record.REPORT_DETAILS),
-    with made-up values, then ``given``."""
-    out = {"optimizer_state_dtypes": ["float32"]}
-    if sp["mode"] == "sim":
-        out.update(verdict_rule="fits: need <= 90%", verdict_reserve_bytes=576 * 2**20, verdict_notes={}, peers=[])
-        if sp["knobs"]["dist"]:
-            out["zero_partitioning"] = f"analytic: {sp['knobs']['dist']} at world size {sp['world_size']}"
-    if sp["mode"] == "cuda":
-        out["device_name"] = "NVIDIA Test GPU"
-    return out | given
-
-
-def ok(sp, gib: dict, tokens_per_s=None, flops=None, with_study=True):
-    """An ok record whose breakdown (in GiB, categories left out are 0) sums to its peak."""
-    rec = record.blank(sp)
-    bd = {c: int(gib.get(c, 0) * GIB) for c in record.CATEGORIES}
-    peak = sum(bd.values())
-    rec.update(status="ok", breakdown_bytes=bd, peak_bytes=peak,
-               phase_peak_bytes={"forward": peak // 2, "backward": peak, "optimizer": peak - 1},
-               step_peak_bytes=[peak, peak, peak], versions={"torch": "2.13.0", "python": "3.12"},
-               machine={"host": "ci-box", "cpu_count": 2}, params_total=10**9, params_trainable=10**9,
-               details=contract_details(sp))
-    if sp["mode"] != "sim":
-        rec.update(tokens_per_s=tokens_per_s, step_s_median=2048 / tokens_per_s, host_peak_rss_bytes=GIB)
-    else:
-        rec.update(flops_per_step=flops, verdicts={"a100-80g": "fits", "rtx-4090": "oom"})
-    if with_study:
-        rec.update(study="demo", baseline_cell=f"{sp['model']}__{sp['gpu']}__baseline")
-    assert record.problems(rec) == [], record.problems(rec)
-    return rec
-
-
-def made(sp, nbytes: dict, **fields):
-    """An ok record with the breakdown ``nbytes`` (bytes; categories left out are 0) summing to
-    its peak, and any other record fields given; checked against the record contract."""
-    rec = record.blank(sp)
-    bd = {c: int(nbytes.get(c, 0)) for c in record.CATEGORIES}
-    peak = sum(bd.values())
-    rec.update(status="ok", breakdown_bytes=bd, peak_bytes=peak, step_peak_bytes=[peak, peak],
-               phase_peak_bytes=dict.fromkeys(record.PHASES, peak), params_total=10**6, params_trainable=10**6,
-               versions={"torch": "2.13.0"}, machine={"host": "ci-box"},
-               details=contract_details(sp, **fields.pop("details", {})))
-    if sp["mode"] != "sim":
-        rec.update(tokens_per_s=1000.0, step_s_median=2.0, host_peak_rss_bytes=GIB)
-    rec.update(fields)
-    assert record.problems(rec) == [], record.problems(rec)
-    return rec
-
-
-def failed(sp, status, reason):
-    rec = record.failure(sp, status, reason)
-    rec.update(study="demo", baseline_cell=f"{sp['model']}__{sp['gpu']}__baseline")
-    return rec
-
-
-BASE = {"parameters": 4, "gradients": 4, "optimizer": 8, "activations": 6, "temporaries": 1, "other": 0.5}
-
-
-def demo_records() -> list[dict]:
-    m, g = "llama-3.2-1b", "a100-80g"
-    recs = [
-        ok(spec(m, g, ["baseline"]), BASE, tokens_per_s=1000),
-        ok(spec(m, g, ["lora"]), BASE | {"gradients": 0.05, "optimizer": 0.1, "activations": 5}, tokens_per_s=1100),
-        ok(spec(m, g, ["gc"]), BASE | {"activations": 1}, tokens_per_s=750),
-        ok(spec(m, g, ["lora", "gc", "bf16"]), {"parameters": 2, "gradients": 0.02, "optimizer": 0.05,
-                                                "activations": 0.5, "temporaries": 0.3, "other": 0.2}, tokens_per_s=900),
-        failed(spec(m, g, ["s8192"], seq_len=8192), "oom", "CUDA out of memory. Tried to allocate 2.00 GiB"),
-        ok(spec(m, "h100-80g", ["baseline"]), BASE, tokens_per_s=2000),
-    ]
-    t, c = "tiny-llama", "cpu-24g"
-    recs += [
-        ok(spec(t, c, ["baseline"], mode="cpu"), {"parameters": 0.07, "gradients": 0.07, "optimizer": 0.15,
-                                                   "activations": 0.2, "other": 0.01}, tokens_per_s=1800),
-        ok(spec(t, c, ["adamw8bit"], mode="cpu"), {"parameters": 0.07, "gradients": 0.07, "optimizer": 0.04,
-                                                    "activations": 0.2, "other": 0.01}, tokens_per_s=1700),
-        failed(spec(t, c, ["fa2"], mode="cpu"), "skipped", "fa2 does not run in cpu mode: flash-attn kernels exist only for CUDA"),
-        ok(spec(EVIL, c, ["baseline"], mode="cpu"), {"parameters": 0.01, "activations": 0.01}, tokens_per_s=10),
-    ]
-    s = "qwen2.5-7b"
-    recs += [
-        ok(spec(s, "sim", ["baseline"], mode="sim"), {"parameters": 28.4, "gradients": 28.4, "optimizer": 85.1,
-                                                       "activations": 1.2}, flops=9.0e13),
-        ok(spec(s, "sim", ["lora"], mode="sim"), {"parameters": 28.4, "gradients": 0.1, "optimizer": 0.3,
-                                                   "activations": 1.0}, flops=6.1e13),
-        ok(spec(s, "sim", ["bf16"], mode="sim"), {"parameters": 14.2, "gradients": 14.2, "optimizer": 42.6,
-                                                   "activations": 0.6}),  # no flops: "not measured"
-        failed(spec(s, "sim", ["zero3", "w2"], mode="sim", world_size=2), "error", "RuntimeError: fake tensor mismatch"),
-    ]
-    return recs
-
-
-def bench_json(path: Path, rec: dict, mean: float = 1.5) -> Path:
-    """What pytest-benchmark's --benchmark-json writes, reduced to what report.table reads."""
-    doc = {"machine_info": {"node": "x"}, "benchmarks": [
-        {"name": f"test_cell[{rec['cell']}]", "extra_info": rec, "stats": {"mean": mean, "rounds": 1}}]}
-    path.write_text(json.dumps(doc))
-    return path
-
-
-def write_cells(folder: Path, recs) -> list[Path]:
-    folder.mkdir(parents=True, exist_ok=True)
-    return [bench_json(folder / f"cell{i:02d}.json", r, mean=1.0 + i) for i, r in enumerate(recs)]
-
+from bench import record, techniques
+from report import GIB, build, compare, fmt, plots, sections, table
+from tests.records import (BASE, CAPACITY, EVIL, ROOT, SIM_GPUS, bench_json, contract_details, demo_records,  # noqa: F401
+                           failed, made, ok, spec, write_cells)
 
 @pytest.fixture(scope="module")
 def frame():

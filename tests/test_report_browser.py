@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 
 from report import build, table
-from tests.test_report import EVIL, demo_records
-from tests.test_report_claims import cpu_records, sim_records
+from tests.records import EVIL, cpu_records, demo_records, sim_records
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian: apt-get install chromium; .ci/run does it)")

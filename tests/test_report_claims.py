@@ -12,67 +12,8 @@ import pytest
 
 from bench import techniques
 from report import GIB, claims, plot_pareto, plot_steps, recommend, table
-from tests.test_report import ROOT, failed, made, spec
-
-N = 10_000_000            # parameters of the made-up cpu model
-M = "tiny-llama"
-BIG = "llama-3.1-70b"
-RULE = "fits: peak + reserve <= capacity; tight: peak <= capacity; else oom"
-
-
-def cpu(techs, nbytes, **kw):
-    return made(spec(M, "cpu", techs, mode="cpu", gpu_memory_bytes=24 * GIB), nbytes,
-                **({"params_total": N, "params_trainable": N} | kw))
-
-
-BASE = {"parameters": 4 * N, "gradients": 0, "optimizer": 8 * N, "activations": 20 * N, "temporaries": 10 * N}
-
-
-def cpu_records():
-    return [
-        cpu(["baseline"], BASE, tokens_per_s=1000.0, details={"optimizer_state_dtypes": ["float32"]}),
-        cpu(["bf16"], BASE | {"parameters": 2 * N, "optimizer": 4 * N}, tokens_per_s=1500.0,
-            details={"optimizer_state_dtypes": ["bfloat16"]}),
-        cpu(["amp-bf16"], BASE | {"activations": 15 * N}, tokens_per_s=1400.0),
-        cpu(["gc"], BASE | {"activations": 5 * N}, tokens_per_s=800.0),            # step time +25%
-        cpu(["adamw8bit"], BASE | {"optimizer": 2 * N}, tokens_per_s=990.0),       # 75% saved
-        cpu(["lora"], BASE | {"optimizer": N // 100}, tokens_per_s=1200.0, params_trainable=N // 200),
-        cpu(["ckpt-load"], BASE, load_host_peak_rss_bytes=GIB),
-        cpu(["low-cpu-mem-usage"], BASE, load_host_peak_rss_bytes=int(0.99 * GIB)),  # 1%: does not hold
-        cpu(["zero3"], BASE | {"gradients": 4 * N}, tokens_per_s=700.0),
-        made(spec(M, "cpu", ["zero3", "w2"], mode="cpu", world_size=2), BASE | {
-            "parameters": 2 * N, "gradients": 2 * N, "optimizer": 4 * N}, tokens_per_s=600.0,
-            details={"ranks": [{"rank": 0, "peak_bytes": 36 * N}, {"rank": 1, "peak_bytes": 37 * N}]}),
-        cpu(["padding"], BASE, step_peak_bytes=[30 * N, 35 * N, 33 * N, 41 * N, 41 * N]),
-        cpu(["packing"], BASE, step_peak_bytes=[30 * N, 42 * N, 42 * N, 42 * N, 42 * N]),
-    ]
-
-
-def sim(techs, nbytes_gib, verdicts, flops, **kw):
-    det = {"verdict_rule": RULE, "verdict_reserve_bytes": 2 * GIB} | kw.pop("details", {})
-    return made(spec(BIG, "sim", techs, mode="sim", batch_size=1, seq_len=512, verdict_gpus=tuple(verdicts),
-                     **kw.pop("shape", {})),
-                {k: v * GIB for k, v in nbytes_gib.items()}, verdicts=verdicts, flops_per_step=flops,
-                **({"params_total": 70_553_706_496} | kw), details=det)
-
-
-ALL_OOM = {"h100-80gb": "oom", "l40s": "oom", "rtx-a6000": "oom", "t4": "oom"}
-
-
-def sim_records():
-    return [
-        sim(["baseline"], {"parameters": 263, "optimizer": 526, "activations": 10}, ALL_OOM, 1.0e15),
-        sim(["gc"], {"parameters": 263, "optimizer": 526, "activations": 2}, ALL_OOM, 1.33e15),
-        sim(["qlora"], {"parameters": 37, "optimizer": 0.5, "activations": 3},
-            {"h100-80gb": "fits", "l40s": "tight", "rtx-a6000": "fits", "t4": "oom"}, 0.7e15),
-        sim(["gc", "bf16"], {"parameters": 131.5, "optimizer": 5, "activations": 1},
-            {"h100-80gb": "fits", "l40s": "oom", "rtx-a6000": "oom", "t4": "oom"}, 1.2e15),
-        sim(["zero3"], {"parameters": 263, "gradients": 263, "optimizer": 526, "activations": 10}, ALL_OOM, 1.0e15),
-        sim(["zero3", "w8"], {"parameters": 33, "gradients": 33, "optimizer": 66, "activations": 10},
-            {"h100-80gb": "fits", "l40s": "oom", "rtx-a6000": "oom", "t4": "oom"}, 1.0e15,
-            shape={"world_size": 8}, details={"zero_partitioning": "analytic: model states / 8 ranks"}),
-    ]
-
+from tests.records import (ALL_OOM, BIG, CLAIM_BASE, RULE, M, N, ROOT, cpu, cpu_records, failed, made,  # noqa: F401
+                           sim, sim_records, spec)
 
 @pytest.fixture(scope="module")
 def df():
@@ -125,7 +66,7 @@ def test_evidence_and_provenance(df):
 
 
 def test_absent_claims_say_not_measured_and_what_would_measure_them():
-    only = table.to_frame([cpu(["baseline"], BASE)])
+    only = table.to_frame([cpu(["baseline"], CLAIM_BASE)])
     rows = claims.evaluate(only)
     byk = {r["key"]: r for r in rows}
     assert byk["adam-2x"]["verdict"] == "does not hold"     # a fp32 AdamW baseline is evidence enough
@@ -142,7 +83,7 @@ def test_qlora_verdict_follows_the_48gb_cards(verdict, expected):
 
 
 def test_mixed_precision_holds_when_both_halve():
-    recs = [cpu(["baseline"], BASE | {"gradients": 4 * N}), cpu(["bf16"], BASE | {"parameters": 2 * N, "gradients": 2 * N})]
+    recs = [cpu(["baseline"], CLAIM_BASE | {"gradients": 4 * N}), cpu(["bf16"], CLAIM_BASE | {"parameters": 2 * N, "gradients": 2 * N})]
     assert verdicts_of(table.to_frame(recs))[("mixed-precision", "cpu")]["verdict"] == "holds"
 
 
@@ -181,9 +122,9 @@ def test_multi_gpu_ranks_after_single_gpu():
 def test_measured_recommendations():
     g = "rtx-4090"
     recs = [failed(spec("m", g, ["baseline"]), "oom", "CUDA out of memory"),
-            made(spec("m", g, ["lora"]), BASE, tokens_per_s=1100.0),
-            made(spec("m", g, ["gc"]), BASE, tokens_per_s=800.0),
-            made(spec("m", g, ["s8192"], seq_len=8192), BASE, tokens_per_s=5000.0),   # another workload
+            made(spec("m", g, ["lora"]), CLAIM_BASE, tokens_per_s=1100.0),
+            made(spec("m", g, ["gc"]), CLAIM_BASE, tokens_per_s=800.0),
+            made(spec("m", g, ["s8192"], seq_len=8192), CLAIM_BASE, tokens_per_s=5000.0),   # another workload
             failed(spec("m", g, ["fa2"]), "error", "no flash-attn")]
     frame = table.to_frame(recs + cpu_records()[:2])
     (r,) = recommend.recommend(frame, "cuda")
@@ -222,18 +163,18 @@ def test_qlora_claim_reads_capacities_from_the_records():
 
 
 def test_adam_2x_takes_cells_by_their_knobs():
-    spelled = cpu(["fp32", "adamw", "sdpa"], BASE, details={"optimizer_state_dtypes": ["float32"]})
+    spelled = cpu(["fp32", "adamw", "sdpa"], CLAIM_BASE, details={"optimizer_state_dtypes": ["float32"]})
     rows = {r["key"]: r for r in claims.evaluate(table.to_frame([spelled]))}
     assert rows["adam-2x"]["cells"] == ["tiny-llama__cpu__fp32+adamw+sdpa"]   # the baseline's knobs, spelled out
-    sgd = cpu(["sgd"], BASE)
+    sgd = cpu(["sgd"], CLAIM_BASE)
     assert {r["key"]: r for r in claims.evaluate(table.to_frame([sgd]))}["adam-2x"]["verdict"] == "not measured here"
 
 
 def test_workload_changes_come_from_the_knobs_not_the_name(monkeypatch):
     """A catalogue technique that sets the sequence length under a name no pattern knows."""
     monkeypatch.setitem(techniques.CATALOG, "ctx64", techniques.Technique("ctx64", {"seq_len": 64}, "64 tokens"))
-    recs = [cpu(["baseline"], BASE, tokens_per_s=1000.0),
-            made(spec(M, "cpu", ["ctx64"], mode="cpu", seq_len=64, gpu_memory_bytes=24 * GIB), BASE, tokens_per_s=9000.0)]
+    recs = [cpu(["baseline"], CLAIM_BASE, tokens_per_s=1000.0),
+            made(spec(M, "cpu", ["ctx64"], mode="cpu", seq_len=64, gpu_memory_bytes=24 * GIB), CLAIM_BASE, tokens_per_s=9000.0)]
     frame = table.to_frame(recs)
     (r,) = recommend.recommend(frame, "cpu")
     assert r["fastest"]["technique"] == "baseline"            # ctx64 trains another workload: not a candidate

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from report import GIB, plot_fits, plot_pareto, plot_steps, sections, table
-from tests.test_report import failed, spec
-from tests.test_report_claims import BASE, cpu, cpu_records, sim_records
+from tests.records import CLAIM_BASE as BASE
+from tests.records import cpu, cpu_records, failed, sim_records, spec
 
 
 @pytest.fixture(scope="module")

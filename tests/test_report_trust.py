@@ -17,7 +17,7 @@ import pytest
 from bench import record
 from report import build, table
 from report.table_check import TableError
-from tests.test_report import BASE, bench_json, demo_records, failed, ok, spec, write_cells
+from tests.records import BASE, bench_json, demo_records, failed, ok, spec, write_cells
 from tests.helpers import REPO, write_matrix
 
 M, G = "llama-3.2-1b", "a100-80g"

@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 
 from bench import atomic, record
-from report import table
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
