@@ -61,16 +61,18 @@ rule table:
     input:
         expand("results/cells/{cell}.json", cell=CELLS),
     output:
-        "results/table.csv",
+        table="results/table.csv",
+        manifest="results/table.meta.json",
     log:
         "results/logs/table.log",
     shell:
-        "{PY} -m report.table {input} --out {output} > {log} 2>&1"
+        # --matrix: a cell without a file, or a record made from other inputs, is an error row
+        "{PY} -m report.table {input} --matrix {MATRIX} --out {output.table} > {log} 2>&1"
 
 
 rule report:
     input:
-        rules.table.output,
+        rules.table.output.table,
     output:
         "results/report.html",
     log:

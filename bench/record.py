@@ -46,7 +46,7 @@ FIELDS = (
     "world_size", "status", "reason", "log_tail",
     "peak_bytes", "breakdown_bytes", "reserved_peak_bytes", "phase_peak_bytes",
     "step_peak_bytes", "host_peak_rss_bytes", "load_host_peak_rss_bytes", "gpu_memory_bytes",
-    "verdict_gpu_memory_bytes",
+    "verdict_gpu_memory_bytes", "inputs_sha256",
     "batch_size", "seq_len", "steps", "warmup_steps", "step_s_median", "tokens_per_s",
     "flops_per_step", "params_total", "params_trainable",
     "verdicts", "versions", "machine", "started_at", "wall_s", "details",
@@ -54,7 +54,7 @@ FIELDS = (
 # The fields a record takes from its cell spec (blank() sets them before anything runs).
 SPEC_FIELDS = ("cell", "study", "baseline_cell", "model", "gpu", "techniques", "knobs", "mode",
                "provenance", "world_size", "batch_size", "seq_len", "steps", "warmup_steps",
-               "gpu_memory_bytes", "verdict_gpu_memory_bytes")
+               "gpu_memory_bytes", "verdict_gpu_memory_bytes", "inputs_sha256")
 SHAPE_FIELDS = ("world_size", "batch_size", "seq_len", "steps", "warmup_steps")
 BYTE_FIELDS = ("peak_bytes", "reserved_peak_bytes", "host_peak_rss_bytes", "load_host_peak_rss_bytes",
                "params_total", "params_trainable")
@@ -92,6 +92,7 @@ def blank(spec: dict) -> dict:
         batch_size=spec["batch_size"], seq_len=spec["seq_len"], steps=spec["steps"],
         warmup_steps=spec["warmup_steps"], gpu_memory_bytes=spec["gpu_memory_bytes"],
         verdict_gpu_memory_bytes={g: p["memory_bytes"] for g, p in spec["verdict_gpus"].items()},
+        inputs_sha256=dict(spec.get("inputs_sha256") or {}),
         status="error", reason="", log_tail="", details={},
         breakdown_bytes=None, versions={}, machine={},
     )

@@ -152,8 +152,16 @@ def against_matrix(recs: list[dict], cells: dict, name: str) -> list[dict]:
 
 def _differences(rec: dict, want: dict) -> str:
     keys = [k for k in record.SPEC_FIELDS if k not in ("study", "baseline_cell") and rec.get(k) != want[k]]
-    return "; ".join(f"{k} is {json.dumps(rec.get(k), sort_keys=True)}, the matrix says "
+    return "; ".join(_stale_inputs(rec.get(k), want[k]) if k == "inputs_sha256" else
+                     f"{k} is {json.dumps(rec.get(k), sort_keys=True)}, the matrix says "
                      f"{json.dumps(want[k], sort_keys=True)}" for k in keys)
+
+
+def _stale_inputs(have, want: dict) -> str:
+    """Which of the cell's inputs changed since its record was made (their digests differ)."""
+    have = have if isinstance(have, dict) else {}
+    changed = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
+    return f"made from other inputs than the matrix's now (changed: {', '.join(changed)}): stale, rerun it"
 
 
 def flatten(rec: dict) -> dict:

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from bench import record
+from bench import matrix, record
 from report import build, table
 from report.table_check import TableError
 from tests.records import BASE, bench_json, demo_records, failed, ok, spec, write_cells
@@ -177,3 +177,23 @@ def test_failed_cells_pass_the_check_too(tmp_path):
     recs = [failed(spec(M, G, ["s8192"], seq_len=8192), "oom", "CUDA out of memory")]
     frame = rows(write_cells(tmp_path, recs))
     assert list(frame["status"]) == ["oom"] and frame["reason"].iloc[0] == "CUDA out of memory"
+
+
+def test_a_record_made_from_other_inputs_is_a_stale_error_row(tmp_path):
+    """Edit a model config after its cell ran: the table, given the matrix, says the row is
+    stale and which input changed, instead of showing the old numbers as ok."""
+    models = tmp_path / "models"
+    models.mkdir()
+    config = json.loads((REPO / "matrix" / "models" / "tiny-llama.json").read_text())
+    (models / "m.json").write_text(json.dumps(config))
+    path = write_matrix(tmp_path, {"s": {"mode": "cpu", "models": ["m"], "gpus": ["cpu"], "techniques": ["gc"]}},
+                        models_dir=str(models))
+    spec = matrix.load(path)["m__cpu__gc"]
+    (tmp_path / "cells").mkdir()
+    cell = bench_json(tmp_path / "cells" / "m__cpu__gc.json", record.failure(spec, "skipped", "made before the edit"))
+    fresh = table.load_records([cell], matrix.load(path), "m.yaml")
+    assert [r["status"] for r in fresh if r["cell"] == "m__cpu__gc"] == ["skipped"]
+    (models / "m.json").write_text(json.dumps({**config, "num_hidden_layers": config["num_hidden_layers"] + 1}))
+    stale = [r for r in table.load_records([cell], matrix.load(path), "m.yaml") if r["cell"] == "m__cpu__gc"]
+    assert [r["status"] for r in stale] == ["error"]
+    assert "stale" in stale[0]["reason"] and "model_config" in stale[0]["reason"]

@@ -28,6 +28,18 @@ import torch
 from bench.worker import optimizers, zeromem
 
 
+def param_numel(p) -> int:
+    """The weights a parameter stands for: ZeRO-3 leaves an empty placeholder (``ds_numel``
+    says the full size), and a bitsandbytes NF4 weight packs two per byte (its quant_state
+    keeps the unquantized shape)."""
+    if hasattr(p, "ds_numel"):
+        return p.ds_numel
+    qs = getattr(p, "quant_state", None)
+    if qs is not None and getattr(qs, "shape", None) is not None:
+        return torch.Size(qs.shape).numel()
+    return p.numel()
+
+
 def _name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
@@ -35,7 +47,7 @@ def _name(dtype) -> str:
 def collect(session) -> dict:
     model = session.model
     params = list(model.parameters())
-    numel = [getattr(p, "ds_numel", p.numel()) for p in params]  # ZeRO-3 leaves empty placeholders
+    numel = [param_numel(p) for p in params]
     trainable = sum(n for n, p in zip(numel, params) if p.requires_grad)
     out = {
         "compute_dtype": session.compute_dtype,

@@ -132,7 +132,7 @@ def train(spec: dict, device, tracker, sim=None) -> dict:
             build_peak = torch.cuda.max_memory_allocated()
             torch.cuda.reset_peak_memory_stats()
         params = list(session.model.parameters())
-        numel = [getattr(p, "ds_numel", p.numel()) for p in params]  # ZeRO-3 leaves empty placeholders
+        numel = [proofs.param_numel(p) for p in params]  # full sizes: ZeRO-3 placeholders, packed NF4
         out["params_total"] = sum(numel)
         out["params_trainable"] = sum(n for n, p in zip(numel, params) if p.requires_grad)
         pads, widths = 0, []
