@@ -121,3 +121,10 @@ def test_snakemake_versus_rule(tmp_path):
     subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "versus", "--config", f"old={old}",
                     f"new={new}", f"out={out}"], cwd=REPO, check=True, capture_output=True)
     assert "Complete" in (out / "versus.html").read_text()
+
+
+def test_rerun_and_comparison_modules_stay_torch_free():
+    code = ("import sys, bench.reproduce, bench.identical, bench.results, bench.noise, bench.lock, report.versus; "
+            "print([m for m in ('torch', 'transformers') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "[]"
