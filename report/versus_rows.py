@@ -73,22 +73,33 @@ def build_row(cell: str, old: dict | None, new: dict | None, group_by: str, band
         row.values[m] = (a, b, change_pct(a, b))
     if presence != "both":
         return row
-    if old["status"] != new["status"]:
-        row.moved.append(f"status {old['status']} -> {new['status']}")
     va, vb = old.get("verdicts") or {}, new.get("verdicts") or {}
     row.verdict_changes = [(g, va.get(g, "-"), vb.get(g, "-")) for g in sorted(set(va) | set(vb))
                            if va.get(g) != vb.get(g)]
+    if old["status"] != new["status"]:   # its numbers and verdicts are gone or new: the status says it
+        why = f": {new['reason']}" if new.get("reason") else ""
+        row.moved.append(f"status {old['status']} -> {new['status']}{why}")
+        return row
     row.moved += [f"verdict {g}: {a} -> {b}" for g, a, b in row.verdict_changes]
     for m in EXACT:
         a, b, pct = row.values[m]
         if a != b:
-            row.moved.append(f"{m} {_pct(pct)}" if pct is not None else f"{m} {a!r} -> {b!r}")
+            row.moved.append(f"{m} {moved_by(m, a, b, pct)}")
     a, b, pct = row.values["tokens_per_s"]
     if old.get("mode") in identical.MEASURED_MODES and (a is None) != (b is None):
         row.moved.append(f"tokens_per_s {a!r} -> {b!r}")
     elif pct is not None and abs(pct) > band * 100:
         row.moved.append(f"tokens_per_s {_pct(pct)} (band ±{band * 100:.0f}%)")
     return row
+
+
+def moved_by(metric: str, a, b, pct) -> str:
+    """'-512 B (-3.2e-07%)': the exact delta first, so a one-block move never reads as 0%."""
+    if pct is None:
+        return f"{a!r} -> {b!r}"
+    unit = " B" if metric.endswith("_bytes") else ""
+    rel = f"{pct:+.2g}%" if math.isfinite(pct) else _pct(pct)
+    return f"{b - a:+,}{unit} ({rel})"
 
 
 def _pct(pct: float) -> str:

@@ -128,3 +128,13 @@ def test_rerun_and_comparison_modules_stay_torch_free():
             "print([m for m in ('torch', 'transformers') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_cell_that_now_fails_says_so_once_with_its_reason(tmp_path):
+    old, new = folder(tmp_path / "a"), folder(tmp_path / "b")
+    edit(new, SIM, lambda r: r.update(status="error", reason="ImportError: no such name", peak_bytes=None,
+                                      breakdown_bytes=None, verdicts=None, flops_per_step=None))
+    code, page, rows = run(old, new, tmp_path / "out")
+    assert code == 0 and rows[0]["cell"] == SIM and rows[0]["why"] == "status ok -> error: ImportError: no such name"
+    assert "a100-80gb: fits -> -" in rows[0]["verdict_changes"]
+    assert '<span class="verdict-change">a100-80gb: fits → -</span>' in page
