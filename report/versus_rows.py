@@ -20,7 +20,9 @@ EXACT = tuple(m for m in METRICS if m != "tokens_per_s")
 # The facts that make two records the same experiment; absent ones are not checked.
 INPUT_FIELDS = ("model", "gpu", "mode", "techniques", "world_size", "batch_size", "seq_len", "steps",
                 "warmup_steps", "gpu_memory_bytes", "knobs", "inputs_sha256", "verdict_gpu_memory_bytes")
-SPEC_INPUTS = ("knobs", "options", "seed", "ds_config")
+# From the cell spec beside the record; never its file paths (model_config, ds_config), which
+# name the checkout that ran it, not what it ran (inputs_sha256 covers the files' contents).
+SPEC_INPUTS = ("knobs", "options", "seed")
 GROUP_KEYS = {"group": "study", "study": "study", "model": "model", "gpu": "gpu", "mode": "mode",
               "technique": "technique", "cell": "cell"}
 

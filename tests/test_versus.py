@@ -91,6 +91,15 @@ def test_records_with_different_inputs_are_not_the_same_experiment(tmp_path):
     assert next(r for r in rows if r["cell"] == SIM)["inputs_differ"] == "seq_len: 2048 -> 4096"
 
 
+def test_another_checkout_path_is_not_another_experiment(tmp_path):
+    zero3 = ("qwen2.5-7b__sim__zero3+w4",)   # its spec names a DeepSpeed config file by path
+    old, new = folder(tmp_path / "a", zero3), folder(tmp_path / "b", zero3)
+    path = new / "cells" / f"{zero3[0]}.json"
+    path.write_text(path.read_text().replace("/tmp/full/matrix/", "/elsewhere/matrix/"))
+    code, page, _ = run(old, new, tmp_path / "out")
+    assert "/elsewhere/matrix/" in path.read_text() and code == 0 and "Complete" in page
+
+
 def test_missing_folder_writes_an_incomplete_page_and_record_text_is_escaped(tmp_path):
     old = folder(tmp_path / "a")
     edit(old, "tiny-llama__cpu__fa2", lambda r: r["versions"].update(peft="<script>alert(1)</script>"))
