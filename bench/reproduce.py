@@ -69,8 +69,10 @@ def run(cells: list[str], specs: dict, out: Path) -> str:
         rec = launch.run_cell(specs[cell], out / "logs" / f"{cell}.worker.log")
         record.write_atomic(out / "cells" / f"{cell}.json", document(specs[cell], rec))
         print(f"[{k}/{len(cells)}] {cell}: {rec['status']}", flush=True)
-    return (f"load average (1 min, {os.cpu_count()} cores) {start:.1f} at the start, "
-            f"{os.getloadavg()[0]:.1f} at the end of the rerun")
+    end, cores = os.getloadavg()[0], os.cpu_count() or 1
+    busy = ("; the machine was busy (load above its cores): cpu throughput outside the band is expected "
+            "and says nothing about the bytes") if max(start, end) > cores else ""
+    return f"load average (1 min, {cores} cores) {start:.1f} at the start, {end:.1f} at the end of the rerun{busy}"
 
 
 def check(ref: results.ResultSet, new: results.ResultSet, cells: list[str]) -> list[str]:
