@@ -79,3 +79,22 @@ rule report:
         "results/logs/report.log",
     shell:
         "{PY} -m report.build {input} --out {output} > {log} 2>&1"
+
+
+# Two results folders compared (report/versus.py); an incomplete comparison fails the job,
+# add --keep-incomplete to keep its page:
+#   snakemake --cores 1 versus --config old=results/reference new=results/rerun [out=results/versus]
+rule versus:
+    localrule: True
+    input:
+        old=config.get("old", "results/reference"),
+        new=config.get("new", "results"),
+    output:
+        html=config.get("out", "results/versus") + "/versus.html",
+        csv=config.get("out", "results/versus") + "/versus.csv",
+    log:
+        "results/logs/versus.log",
+    params:
+        out=config.get("out", "results/versus"),
+    shell:
+        "{PY} -m report.versus {input.old} {input.new} --out {params.out} > {log} 2>&1"

@@ -1,0 +1,24 @@
+"""Results folders for comparison tests: copies of reference cells, edited where a test says."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+REF = Path(__file__).resolve().parent.parent / "results" / "reference"
+CELLS = ("qwen2.5-7b__sim__lora", "qwen2.5-7b__sim__baseline", "tiny-llama__cpu__baseline", "tiny-llama__cpu__fa2")
+
+
+def folder(root: Path, cells=CELLS) -> Path:
+    (root / "cells").mkdir(parents=True)
+    for cell in cells:
+        shutil.copy(REF / "cells" / f"{cell}.json", root / "cells" / f"{cell}.json")
+    return root
+
+
+def edit(root: Path, cell: str, fn) -> None:
+    """Apply ``fn`` to the run record of ``cell`` in ``root`` and write it back."""
+    path = root / "cells" / f"{cell}.json"
+    doc = json.loads(path.read_text())
+    fn(doc["benchmarks"][0]["extra_info"])
+    path.write_text(json.dumps(doc))
