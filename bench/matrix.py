@@ -57,7 +57,7 @@ ID_FILE_NAMES = (
     "{id}.json",                 # results/cells/
     "{id}.log",                  # results/logs/ (snakemake's log of the rule)
     "{id}.worker.log",           # the worker's own log
-    ".{id}.json.XXXXXXXX",       # record.write_atomic's temp file (mkstemp: 8 random characters)
+    ".{id}.json.XXXXXXXX",       # bench.atomic's temp file (mkstemp: 8 random characters)
     "{id}.json.rank9999.pid",    # a rank's pid file beside its record (bench/ranks.pid_path), w < 10000
 )
 ID_MAX_BYTES = NAME_MAX - max(len(name.format(id="")) for name in ID_FILE_NAMES)

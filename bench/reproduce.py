@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import identical, launch, matrix, noise, record, results
+from bench import atomic, identical, launch, matrix, noise, record, results
 
 
 def select(ref: results.ResultSet, cells: dict, only) -> tuple[list[str], list[str]]:
@@ -67,7 +67,7 @@ def run(cells: list[str], specs: dict, out: Path) -> str:
     start = os.getloadavg()[0]
     for k, cell in enumerate(cells, 1):
         rec = launch.run_cell(specs[cell], out / "logs" / f"{cell}.worker.log")
-        record.write_atomic(out / "cells" / f"{cell}.json", document(specs[cell], rec))
+        atomic.write_json(out / "cells" / f"{cell}.json", document(specs[cell], rec))
         print(f"[{k}/{len(cells)}] {cell}: {rec['status']}", flush=True)
     end, cores = os.getloadavg()[0], os.cpu_count() or 1
     busy = ("; the machine was busy (load above its cores): cpu throughput outside the band is expected "

@@ -35,7 +35,7 @@ import jinja2
 from bench import noise, record, results
 from report import GIB
 from report.fmt import fmt_count, fmt_gib
-from report.table import write_atomic_text
+from bench.atomic import write_text
 from report.versus_rows import METRICS, Row, compare, env_diff
 
 HERE = Path(__file__).resolve().parent
@@ -122,8 +122,8 @@ def main(argv=None) -> int:
         ap.error(str(exc))
     notes = [f"OLD {n}" for n in old.notes] + [f"NEW {n}" for n in new.notes]
     out = Path(args.out)
-    write_atomic_text(out / "versus.csv", csv_text(rows))
-    write_atomic_text(out / "versus.html", render(old, new, rows, problems, notes, args))
+    write_text(out / "versus.csv", csv_text(rows))
+    write_text(out / "versus.html", render(old, new, rows, problems, notes, args))
     moved = [r for r in rows if r.moved]
     for p in problems:
         print(f"problem: {p}", file=sys.stderr)
