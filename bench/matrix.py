@@ -22,6 +22,7 @@ import jsonschema
 import yaml
 
 from bench import techniques as tech
+from bench import workloads
 
 DEFAULT_MATRIX = Path(__file__).resolve().parent.parent / "matrix" / "default.yaml"
 SLUG = re.compile(r"[a-z0-9.-]+")
@@ -143,13 +144,16 @@ def _spec(ctx: dict, study: str, model: str, gpu: str, names: list[str], knobs: 
     if shape["warmup_steps"] < 1 or shape["steps"] < 1:
         raise MatrixError(path, f"{where}", "steps and warmup_steps must be at least 1 (the first step allocates the optimizer state)")
     device = ctx["gpus"][gpu] if mode != "sim" else None
+    bad = workloads.load_problem(ctx["models_dir"] / f"{model}.json", knobs)
+    if bad:
+        raise MatrixError(path, f"{where}.techniques", f"{'+'.join(names)}: {bad}")
     ds = ctx["ds_dir"] / f"{knobs['dist']}.json"
     if (knobs["dist"] or "").startswith("zero") and not ds.is_file():
         raise MatrixError(path, f"{where}.techniques", f"{'+'.join(names)}: no DeepSpeed config {ds}")
     return {
         "cell": cell_id(model, gpu, names),
         "study": study,
-        "baseline_cell": cell_id(model, gpu, ["baseline"]),
+        "baseline_cell": cell_id(model, gpu, workloads.baseline_names(knobs)),
         "model": model,
         "model_config": str(ctx["models_dir"] / f"{model}.json"),
         "gpu": gpu,

@@ -10,9 +10,9 @@ Contract (every key is always present; a number that was not measured is ``None`
   ``provenance`` (cpu-measured | cuda-measured | simulated), ``world_size``
 - outcome: ``status`` (ok|oom|error|timeout|skipped), ``reason`` (one line, "" when ok),
   ``log_tail`` (last lines of the worker's output, failures only)
-- memory (bytes): ``peak_bytes``, ``breakdown_bytes`` (the six ``CATEGORIES``, summing to
-  ``peak_bytes``), ``reserved_peak_bytes`` (cuda only), ``phase_peak_bytes``
-  (forward/backward/optimizer), ``step_peak_bytes`` (one per step, warm-up included),
+- memory (bytes): ``peak_bytes``, ``breakdown_bytes`` (the ``CATEGORIES``, summing to
+  ``peak_bytes``; ``kv_cache`` may be absent in records older than it), ``reserved_peak_bytes``
+  (cuda only), ``phase_peak_bytes`` (forward/backward/optimizer; prefill/decode for generation), ``step_peak_bytes`` (one per step, warm-up included),
   ``host_peak_rss_bytes`` (worker, whole run), ``load_host_peak_rss_bytes`` (after load),
   ``gpu_memory_bytes`` (capacity of the cell's device profile)
 - shape and speed: ``batch_size``, ``seq_len``, ``steps``, ``warmup_steps``,
@@ -32,8 +32,14 @@ from pathlib import Path
 STATUSES = ("ok", "oom", "error", "timeout", "skipped")
 MODES = ("cpu", "cuda", "sim")
 PROVENANCE = {"cpu": "cpu-measured", "cuda": "cuda-measured", "sim": "simulated"}
-CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other")
+CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other", "kv_cache")
 PHASES = ("forward", "backward", "optimizer")
+# Added for generation (issue 14), additively: ``kv_cache`` is the K/V cache of generation (a
+# training step has none: records written before the category existed lack the key, and it
+# reads as 0 there). Generation records its own phases in ``phase_peak_bytes``; a training
+# record has none of them, a generation record none of PHASES (not measured: absent, not 0).
+LATER_CATEGORIES = ("kv_cache",)
+INFERENCE_PHASES = ("prefill", "decode")
 
 FIELDS = (
     "cell", "study", "baseline_cell", "model", "gpu", "techniques", "mode", "provenance", "world_size",
@@ -98,7 +104,7 @@ def problems(rec: dict) -> list[str]:
     if rec["provenance"] != PROVENANCE.get(rec["mode"]):
         out.append(f"provenance {rec['provenance']!r} does not match mode {rec['mode']!r}")
     if rec["status"] == "ok":
-        bd = rec["breakdown_bytes"] or {}
+        bd = {**dict.fromkeys(LATER_CATEGORIES, 0), **(rec["breakdown_bytes"] or {})}
         if set(bd) != set(CATEGORIES):
             out.append(f"breakdown_bytes keys {sorted(bd)} != {sorted(CATEGORIES)}")
         elif rec["peak_bytes"] is None or sum(bd.values()) != rec["peak_bytes"]:
