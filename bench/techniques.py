@@ -240,7 +240,7 @@ def skip_reason(names: list[str], knobs: dict, mode: str) -> str:
 # workload like a technique (`generate+b8+s2048`, `vllm+util0.8`); no name means `train`.
 DEFAULT_KNOBS.update({
     "workload": "train",        # train | generate | vllm
-    "new_tokens": None,         # generate: tokens decoded after the prompt (new<N>; default 64)
+    "new_tokens": None,         # generate: tokens decoded after the prompt (new<N>; default 32)
     "gpu_util": None,           # vllm: gpu_memory_utilization (util<x>; vLLM's default 0.9)
     "max_model_len": None,      # vllm: max_model_len (len<N>; default the model's max_position_embeddings)
     "max_batched_tokens": None, # vllm: max_num_batched_tokens (batched<N>; default vLLM's LLM-class one)

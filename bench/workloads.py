@@ -47,7 +47,7 @@ VLLM_SOURCE = ("vllm-project/vllm@35d5cda123ec (v1 engine): vllm/v1/worker/gpu_w
                "vllm/v1/core/kv_cache_utils.py, vllm/engine/arg_utils.py")
 BLOCK_SIZE = 16
 DEFAULT_UTIL = 0.9
-DEFAULT_NEW_TOKENS = 64
+DEFAULT_NEW_TOKENS = 32
 NON_TORCH_BYTES = BLAS_WORKSPACE_BYTES
 CUDA_GRAPH_BYTES = GiB // 2
 

@@ -4,7 +4,7 @@
     generate(spec, "cpu", tracker, sim=fake)   # sim: the same steps on fake tensors (decode_loop)
 
 The prompt is batch x seq_len random token ids (all real tokens, no padding); ``new_tokens``
-(``new<N>``, default 64) are decoded greedily, exactly that many (no end-of-sequence stop).
+(``new<N>``, default 32) are decoded greedily, exactly that many (no end-of-sequence stop).
 
 Why sim runs its own loop: ``model.generate`` decides whether to stop by reading token values
 (``unfinished_sequences.max() == 0``), which fake tensors do not have. ``decode_loop`` does what
