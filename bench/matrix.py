@@ -153,7 +153,7 @@ def _spec(ctx: dict, study: str, model: str, gpu: str, names: list[str], knobs: 
     return {
         "cell": cell_id(model, gpu, names),
         "study": study,
-        "baseline_cell": cell_id(model, gpu, workloads.baseline_names(knobs)),
+        "baseline_cell": cell_id(model, gpu, ["baseline"]),
         "model": model,
         "model_config": str(ctx["models_dir"] / f"{model}.json"),
         "gpu": gpu,

@@ -248,7 +248,8 @@ DEFAULT_KNOBS.update({
 })
 WORKLOADS = ("train", "generate", "vllm")
 CATALOG.update(dict([
-    _t("train", {"workload": "train"}, "the training step (the default workload, spelled out)"),
+    _t("train", {"workload": "train"}, "the training step (the default workload, spelled out)",
+       expected="reference point: the workload every other technique is measured on"),
     _t("generate", {"workload": "generate"},
        "transformers generation: prefill of the prompt (batch x seq), then greedy decoding of new "
        "tokens with the KV cache (DynamicCache)", saves="-", expected="weights + KV cache + one step's activations",

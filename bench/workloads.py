@@ -76,12 +76,6 @@ def load_problem(config_path, knobs: dict) -> str:
     return ""
 
 
-def baseline_names(knobs: dict) -> list[str]:
-    """The cell a cell compares against: the training baseline, or its workload alone."""
-    workload = knobs.get("workload", "train")
-    return ["baseline"] if workload == "train" else [workload]
-
-
 def batch_defaults(gpu: str, profile: dict) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) of vLLM's offline LLM class on this card."""
     big = profile["memory_bytes"] >= 70 * GiB and "a100" not in (gpu + str(profile.get("label", ""))).lower()

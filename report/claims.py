@@ -423,3 +423,10 @@ def section(df: pd.DataFrame):
             "note": "Each row sets one statement of common advice against this run's cells, one mode at a "
                     "time (a simulated number never votes with a measured one). The check and its thresholds "
                     "are in report/claims.py."}
+
+
+# The pipeline-stage claim lives beside its section (report/stage_claim.py, issue 14); imported
+# last because it builds on the helpers above.
+from report.stage_claim import CLAIM as _VLLM_UTIL_CLAIM  # noqa: E402
+
+CLAIMS = CLAIMS + (_VLLM_UTIL_CLAIM,)
