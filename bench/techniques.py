@@ -289,7 +289,7 @@ DECIMAL_PATTERNS = {
 _lookup_numbered = lookup
 
 
-def lookup(name: str) -> Technique:  # noqa: F811 - extends the lookup above with decimal patterns
+def lookup(name: str) -> Technique:
     """The technique called ``name`` (catalogue, numbered or decimal pattern); KeyError otherwise."""
     for pattern, make in DECIMAL_PATTERNS.items():
         m = pattern.fullmatch(name)
@@ -335,7 +335,7 @@ RULES.append((lambda k, n: bool(_workload_clash(k, n)), "workload"))
 _knobs_training = knobs
 
 
-def knobs(names: list[str]) -> dict:  # noqa: F811 - the workload rule's reason depends on the names
+def knobs(names: list[str]) -> dict:
     """The knobs a combination sets, on top of DEFAULT_KNOBS; ValueError if impossible."""
     try:
         return _knobs_training(names)

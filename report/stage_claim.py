@@ -12,7 +12,6 @@ card at start-up, so lowering it helps exactly when another process holds betwee
 from __future__ import annotations
 
 from bench import workloads
-from report import GIB
 from report.claims import HOLDS, NOT, PARTLY, Claim, forty_eight_gb, result
 from report.fmt import fmt_gib
 from report.stages import stage_plans

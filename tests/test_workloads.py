@@ -3,7 +3,8 @@ combinations and bad settings are refused when the matrix loads, with the reason
 follows vLLM's rules (bench/workloads.py), each start-up failure with vLLM's own message."""
 import pytest
 
-from bench import matrix, techniques as tech, workloads
+from bench import matrix, workloads
+from bench import techniques as tech
 from tests.helpers import MATRIX_DIR
 
 GiB = 2**30
@@ -39,7 +40,7 @@ def test_bad_workload_settings_are_refused_at_load_with_the_reason(matrix_file, 
     path = matrix_file({"s": {"mode": "sim", "models": ["qwen2.5-0.5b"], "gpus": ["l40s"], "techniques": [combo]}})
     with pytest.raises(matrix.MatrixError) as err:
         matrix.load(path)
-    assert f"studies.s.techniques" in str(err.value) and reason in str(err.value), str(err.value)
+    assert "studies.s.techniques" in str(err.value) and reason in str(err.value), str(err.value)
 
 
 @pytest.mark.parametrize("combo", ["generate+bf16", "generate+qlora", "generate+lora+bf16", "generate+eager+new8",

@@ -29,8 +29,8 @@ import torch
 
 from bench.worker import models, train
 from bench.worker.memtrack import MemTracker
-from bench.workloads import DEFAULT_NEW_TOKENS, kv_bytes_per_token
 from bench.worker.progress import say
+from bench.workloads import DEFAULT_NEW_TOKENS, kv_bytes_per_token
 
 
 class InferenceTracker(MemTracker):
@@ -100,7 +100,7 @@ def decode_loop(model, ids, new_tokens: int):
         del out, logits
         if i == new_tokens - 1:
             break
-        out = model(input_ids=nxt[:, None], past_key_values=cache, use_cache=True)
+        out = model(input_ids=nxt[:, None], past_key_values=cache, use_cache=True)  # noqa: F841 - read next turn
     return ids
 
 
@@ -109,8 +109,11 @@ def causal_lm(model):
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def generate(spec: dict, device, tracker: InferenceTracker, sim=None) -> dict:
+def generate(spec: dict, device, tracker: InferenceTracker, sim=None, own_loop: bool | None = None) -> dict:
+    """Record fields of one generation. ``own_loop`` (default: in sim only) runs ``decode_loop``
+    instead of ``model.generate`` (tests compare the two on real tensors)."""
     knobs = spec["knobs"]
+    own_loop = bool(sim) if own_loop is None else own_loop
     new = knobs["new_tokens"] or DEFAULT_NEW_TOKENS
     batch, seq = spec["batch_size"], spec["seq_len"]
     with tracker, torch.no_grad():
@@ -128,7 +131,7 @@ def generate(spec: dict, device, tracker: InferenceTracker, sim=None) -> dict:
         steps = Steps(causal_lm(model), tracker)
         say(f"generating {new} tokens after a {batch} x {seq} prompt")
         t0 = time.perf_counter()
-        if sim:
+        if own_loop:
             result = decode_loop(model, ids, new)
         else:
             result = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
@@ -151,7 +154,7 @@ def generate(spec: dict, device, tracker: InferenceTracker, sim=None) -> dict:
         step_peak_bytes=steps.peaks, step_s_median=statistics.median(decode_s) if decode_s else None,
         tokens_per_s=batch * new / wall, host_peak_rss_bytes=train.host_peak_rss(),
         details={"workload": "generate", "new_tokens": new, "prompt_tokens": seq, "forwards": len(steps.peaks),
-                 "method": "decode_loop (greedy, DynamicCache) on fake tensors" if sim
+                 "method": "decode_loop (greedy, DynamicCache)" + (" on fake tensors" if sim else "") if own_loop
                  else "transformers model.generate (greedy, DynamicCache)",
                  "kv_cache_final_bytes": kv_final, "kv_cached_tokens": cached_tokens,
                  "kv_bytes_per_token": kv_final / cached_tokens,

@@ -24,13 +24,14 @@ def run(spec: dict) -> dict:
 
 def generate(spec: dict, mode: str) -> dict:
     from bench.worker import cuda_alloc
-    from bench.worker.generate import InferenceTracker, generate as gen
+    from bench.worker.generate import InferenceTracker
+    from bench.worker.generate import generate as gen
     if mode == "cpu":
         return gen(spec, "cpu", InferenceTracker(budget_bytes=spec["gpu_memory_bytes"]))
     if mode == "cuda":
         return gen(spec, "cuda", InferenceTracker(rounding=cuda_alloc.round_size))
-    from bench.worker.sim import fakestep
     from bench.worker import train
+    from bench.worker.sim import fakestep
     tracker = InferenceTracker(rounding=cuda_alloc.round_size)
     with fakestep.FakeRun(spec, tracker) as fake:
         out = gen(spec, "cpu", tracker, sim=fake)

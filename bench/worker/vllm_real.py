@@ -39,12 +39,13 @@ def run(spec: dict) -> dict:
     try:
         from vllm import LLM
         llm = LLM(**kwargs)
-    except Exception as exc:  # noqa: BLE001 - vLLM's start-up memory errors are the result
+    except Exception as exc:
         if any(m in str(exc) for m in MEMORY_ERRORS):
             raise MemoryError(f"vLLM could not start: {exc}") from exc
         raise
     free1, _ = torch.cuda.mem_get_info()
     import time
+
     from vllm import SamplingParams
     batch, new = spec["batch_size"], knobs["new_tokens"] or workloads.DEFAULT_NEW_TOKENS
     prompts = [{"prompt_token_ids": [3 + (i * 7919 + j) % 1000 for j in range(spec["seq_len"])]} for i in range(batch)]
