@@ -28,8 +28,16 @@ def generate(spec: dict, mode: str) -> dict:
     from bench.worker.generate import generate as gen
     if mode == "cpu":
         return gen(spec, "cpu", InferenceTracker(budget_bytes=spec["gpu_memory_bytes"]))
-    if mode == "cuda":
-        return gen(spec, "cuda", InferenceTracker(rounding=cuda_alloc.round_size))
+    if mode == "cuda":  # the tracker splits the peak; torch's own peak counter is kept beside it
+        import torch
+        if not torch.cuda.is_available():
+            from bench.worker.main import Skip
+            raise Skip("cuda mode needs a CUDA device; none is visible")
+        torch.cuda.reset_peak_memory_stats()
+        out = gen(spec, "cuda", InferenceTracker(rounding=cuda_alloc.round_size))
+        out["details"]["cuda_allocated_peak_bytes"] = torch.cuda.max_memory_allocated()
+        out["reserved_peak_bytes"] = torch.cuda.max_memory_reserved()
+        return out
     from bench.worker import train
     from bench.worker.sim import fakestep
     tracker = InferenceTracker(rounding=cuda_alloc.round_size)
