@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from bench.worker import models, train
+from bench.worker import cpuload, models, train
 from bench.worker.memtrack import MemTracker
 from bench.worker.progress import say
 from bench.workloads import DEFAULT_NEW_TOKENS, kv_bytes_per_token
@@ -130,6 +130,8 @@ def generate(spec: dict, device, tracker: InferenceTracker, sim=None, own_loop: 
         ids = torch.randint(3, model.config.vocab_size, (batch, seq), device=device)
         steps = Steps(causal_lm(model), tracker)
         say(f"generating {new} tokens after a {batch} x {seq} prompt")
+        window = cpuload.Window()  # other load on the machine while generation is timed
+        window.__enter__()
         t0 = time.perf_counter()
         if own_loop:
             result = decode_loop(model, ids, new)
@@ -138,6 +140,7 @@ def generate(spec: dict, device, tracker: InferenceTracker, sim=None, own_loop: 
                                     min_new_tokens=new, do_sample=False, use_cache=True, pad_token_id=0)
         train.synchronize(device)
         wall = time.perf_counter() - t0
+        window.__exit__(None, None, None)
         steps.remove()
         assert result.shape == (batch, seq + new), result.shape
         del result, ids
@@ -159,7 +162,7 @@ def generate(spec: dict, device, tracker: InferenceTracker, sim=None, own_loop: 
                  "kv_cache_final_bytes": kv_final, "kv_cached_tokens": cached_tokens,
                  "kv_bytes_per_token": kv_final / cached_tokens,
                  "kv_bytes_per_token_formula": kv_bytes_per_token(limits, dtype_bytes),
-                 "build_peak_bytes": build_peak,
+                 "build_peak_bytes": build_peak, "timing_load": window.facts(),
                  "prefill_s": steps.times[0], "decode_s": sum(decode_s), "generate_s": wall,
                  "decode_tokens_per_s": batch * (new - 1) / sum(decode_s) if decode_s else None,
                  "weights_dtype": str(next(p for p in params if p.is_floating_point()).dtype).replace("torch.", "")},

@@ -44,7 +44,7 @@ def generate(spec: dict, mode: str) -> dict:
     with fakestep.FakeRun(spec, tracker) as fake:
         out = gen(spec, "cpu", tracker, sim=fake)
     out.update(step_s_median=None, tokens_per_s=None, host_peak_rss_bytes=train.host_peak_rss())
-    for key in ("prefill_s", "decode_s", "generate_s", "decode_tokens_per_s"):
+    for key in ("prefill_s", "decode_s", "generate_s", "decode_tokens_per_s", "timing_load"):
         out["details"].pop(key, None)  # fake time
     out["details"]["simulated"] = ("CUDA caching-allocator rounding (512-byte blocks), CUDA attention kernels "
                                    "(flash / memory-efficient footprint)")
