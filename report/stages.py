@@ -57,11 +57,12 @@ def need(row) -> int | None:
     return None if row is None or missing(row["peak_bytes"]) else int(row["peak_bytes"]) + verdicts.RESERVE_BYTES
 
 
-def replan(plan: dict, coresident: int) -> dict:
-    """The same vLLM plan with another process holding ``coresident`` bytes of the card."""
+def replan(plan: dict, another: int) -> dict:
+    """The same vLLM plan with one more process holding ``another`` bytes of the card (beside
+    whatever co-resident memory the cell already names)."""
     return workloads.plan(plan["total_bytes"], plan["gpu_memory_utilization"], plan["weights_bytes"],
                           plan["activation_peak_bytes"], plan["kv_bytes_per_token"], plan["max_model_len"],
-                          coresident=coresident, cuda_graph=plan["cuda_graph_bytes"],
+                          coresident=plan["coresident_bytes"] + another, cuda_graph=plan["cuda_graph_bytes"],
                           non_torch=plan["non_torch_bytes"], context=plan["context_bytes"])
 
 

@@ -24,9 +24,10 @@ def rec(techniques, bd_gib: dict, **fields):
     return r
 
 
-def vllm_rec(util):
-    p = workloads.plan(L40S, util, int(15 * GIB), int(1.2 * GIB), KV_TOKEN, 32768)
-    return rec(["vllm", f"util{util}"], {"parameters": 15, "activations": 1.2},
+def vllm_rec(util, coresident_gib=0):
+    p = workloads.plan(L40S, util, int(15 * GIB), int(1.2 * GIB), KV_TOKEN, 32768, coresident=coresident_gib * GIB)
+    extra = [f"coresident{coresident_gib}"] if coresident_gib else []
+    return rec(["vllm", f"util{util}", *extra], {"parameters": 15, "activations": 1.2},
                details={"workload": "vllm", "vllm": {"plans": {"l40s": {**p, "max_num_batched_tokens": 8192}}}},
                verdicts={"l40s": "fits" if p["starts"] else "oom"})
 
@@ -75,6 +76,13 @@ def test_the_page_has_the_stage_section_and_the_training_sections_leave_other_wo
     assert "Pipeline stages: fine-tune, inference, scoring" in html
     assert "generate+b8+s2048+bf16" in html and "Free memory on device" in html
     assert "57.3 kB" in html  # KV bytes per token of the generate row
+
+
+def test_beside_another_stage_adds_to_the_memory_the_cell_already_names():
+    df = table.to_frame([rec(["lora", "gc", "bf16"], {"parameters": 5}), vllm_rec(0.8, coresident_gib=3)])
+    p = stages.stage_plans(df)[0]
+    assert p["alone"]["coresident_bytes"] == 3 * GIB
+    assert p["beside_train"]["coresident_bytes"] == 3 * GIB + 5 * GIB + verdicts.RESERVE_BYTES
 
 
 @pytest.mark.parametrize("util", [0.95, 0.8])
