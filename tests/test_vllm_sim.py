@@ -32,6 +32,7 @@ def test_the_vllm_plan_profiles_a_forward_and_plans_every_gpu(matrix_file):
         assert abs(p["kv_available_bytes"] - (0.8 * p["total_bytes"] - non_kv)) <= 1
         assert p["kv_bytes_per_token"] == 2 * 24 * 2 * 64 * 2 and p["max_model_len"] == 8192
     assert out["peak_bytes"] == v["weights_bytes"] + v["activation_peak_bytes"]["16384x1024"]
+    assert list(out["details"]["verdict_notes"]) == ["t4"]  # no bf16: vLLM refuses the dtype there
 
 
 def test_a_card_another_process_fills_is_an_oom_verdict_with_vllms_message(matrix_file):

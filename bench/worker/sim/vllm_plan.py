@@ -89,6 +89,9 @@ def run(spec: dict) -> dict:
         p = workloads.plan(gpus[gpu]["memory_bytes"], util, prof["weights"], prof[size]["activation_peak"],
                            kv_token, max_len, coresident=coresident, cuda_graph=graphs)
         plans[gpu] = {**p, "max_num_batched_tokens": size[0], "max_num_seqs": size[1]}
+    notes = {g: ("no bf16 on this card: vLLM refuses the model's bf16 here ('Bfloat16 is only supported on GPUs "
+                 "with compute capability of at least 8.0 ... --dtype=half'); in float16 the plan's bytes are the same")
+             for g, prof_ in gpus.items() if prof_.get("bf16_tflops") is None and knobs["adapter"] != "qlora"}
     top = max(sizes.values()) if sizes else None
     peak = prof[top] if top else {"peak": prof["weights"], "breakdown": {}}
     details = {"workload": "vllm", "vllm": {
@@ -101,6 +104,7 @@ def run(spec: dict) -> dict:
                      "cuda_graph_bytes": graphs,
                      "activation_peak": "transformers' modules under fake tensors (unfused MLP): an upper bound"}},
         "simulated": "CUDA caching-allocator rounding (512-byte blocks), CUDA attention kernels",
+        "verdict_notes": notes,
         "weights_dtype": "nf4 base + bf16" if knobs["adapter"] == "qlora" else "bfloat16"}
     return {"peak_bytes": peak["peak"], "breakdown_bytes": peak["breakdown"] or None,
             "phase_peak_bytes": None, "step_peak_bytes": None,
