@@ -28,6 +28,7 @@ import yaml
 
 from bench import inputs
 from bench import techniques as tech
+from bench import workloads
 
 DEFAULT_MATRIX = Path(__file__).resolve().parent.parent / "matrix" / "default.yaml"
 SHAPE_KEYS = ("batch_size", "seq_len", "steps", "warmup_steps", "timeout_s", "seed")
@@ -233,10 +234,14 @@ def _spec(ctx: dict, study: str, model: str, gpu: str, names: list[str], knobs: 
         raise MatrixError(path, f"{where}.techniques",
                           f"{'+'.join(names)}: batch {batch} does not split into {knobs['accum']} micro-batches")
     device = ctx["gpus"][gpu] if mode != "sim" else None
+    cell_options = {"lora": options.get("lora", {})} if knobs["adapter"] else {}
+    inputs = _inputs(ctx, model, gpu, names, knobs, cell_options)  # reads (and validates) the model config first
+    bad = workloads.load_problem(ctx["models_dir"] / f"{model}.json", knobs)
+    if bad:
+        raise MatrixError(path, f"{where}.techniques", f"{'+'.join(names)}: {bad}")
     ds = ctx["ds_dir"] / f"{knobs['dist']}.json"
     if (knobs["dist"] or "").startswith("zero") and not ds.is_file():
         raise MatrixError(path, f"{where}.techniques", f"{'+'.join(names)}: no DeepSpeed config {ds}")
-    options = {"lora": options.get("lora", {})} if knobs["adapter"] else {}
     return {
         "cell": cell_id(model, gpu, names),
         "study": study,
@@ -248,7 +253,7 @@ def _spec(ctx: dict, study: str, model: str, gpu: str, names: list[str], knobs: 
         "mode": mode,
         "techniques": names,
         "knobs": knobs,
-        "options": options,
+        "options": cell_options,
         "world_size": knobs["world_size"],
         "batch_size": batch,
         "seq_len": knobs["seq_len"] or shape["seq_len"],
@@ -259,7 +264,7 @@ def _spec(ctx: dict, study: str, model: str, gpu: str, names: list[str], knobs: 
         "ds_config": str(ds) if (knobs["dist"] or "").startswith("zero") else None,
         "verdict_gpus": {g: ctx["gpus"][g] for g in ctx["study_gpus"]} if mode == "sim" else {},
         "skip_reason": tech.skip_reason(names, knobs, mode),
-        "inputs_sha256": _inputs(ctx, model, gpu, names, knobs, options),
+        "inputs_sha256": inputs,
     }
 
 

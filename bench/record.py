@@ -11,9 +11,10 @@ Contract (every key is always present; a number that was not measured is ``None`
   ``provenance`` (cpu-measured | cuda-measured | simulated), ``world_size``
 - outcome: ``status`` (ok|oom|error|timeout|skipped), ``reason`` (one line, "" when ok),
   ``log_tail`` (last lines of the worker's output, failures only)
-- memory (bytes): ``peak_bytes``, ``breakdown_bytes`` (the six ``CATEGORIES``, summing to
-  ``peak_bytes``), ``reserved_peak_bytes`` (cuda only), ``phase_peak_bytes``
-  (the ``PHASES``), ``step_peak_bytes`` (one per step, warm-up included),
+- memory (bytes): ``peak_bytes``, ``breakdown_bytes`` (the ``CATEGORIES``, summing to
+  ``peak_bytes``; ``kv_cache`` may be absent in records older than it), ``reserved_peak_bytes``
+  (cuda only), ``phase_peak_bytes`` (the ``PHASES`` of a training step; ``INFERENCE_PHASES``
+  for generation; None for an inference engine's plan), ``step_peak_bytes`` (one per step, warm-up included),
   ``host_peak_rss_bytes`` (worker, whole run), ``load_host_peak_rss_bytes`` (after load),
   ``gpu_memory_bytes`` (capacity of the cell's device profile; cpu and cuda),
   ``verdict_gpu_memory_bytes`` ({gpu: capacity} of every GPU a sim cell is judged against;
@@ -36,10 +37,16 @@ from bench import techniques
 STATUSES = ("ok", "oom", "error", "timeout", "skipped")
 MODES = ("cpu", "cuda", "sim")
 PROVENANCE = {"cpu": "cpu-measured", "cuda": "cuda-measured", "sim": "simulated"}
-CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other")
+CATEGORIES = ("parameters", "gradients", "optimizer", "activations", "temporaries", "other", "kv_cache")
 MODEL_STATES = CATEGORIES[:3]   # what ZeRO/FSDP shard: parameters, gradients, optimizer state
 PHASES = ("forward", "backward", "optimizer")
 VERDICTS = ("fits", "tight", "oom")
+# Added for generation, additively: ``kv_cache`` is the K/V cache of generation (a training step
+# has none: records written before the category existed lack the key, and it reads as 0 there).
+# Generation records its own phases in ``phase_peak_bytes``; a training record has none of
+# them, a generation record none of PHASES (not measured: absent, not 0).
+LATER_CATEGORIES = ("kv_cache",)
+INFERENCE_PHASES = ("prefill", "decode")
 
 FIELDS = (
     "cell", "study", "baseline_cell", "model", "gpu", "techniques", "knobs", "mode", "provenance",
@@ -71,10 +78,19 @@ REPORT_DETAILS = {
     "zero_partitioning": (str, "sim ok sharded", "says the sharding was worked out analytically"),
     "ranks": (list, "measured ok multi-rank", "each rank's peak (claims: per-GPU peak under ZeRO-3)"),
     "device_name": (str, "cuda ok", "the physical GPU the cell ran on (summary group title)"),
+    "vllm": (dict, "sim ok vllm", "the engine's memory plan per GPU (pipeline-stage section, its claim)"),
+    "new_tokens": (int, "ok generate", "tokens generated after the prompt (stage section)"),
+    "kv_bytes_per_token": (int, "ok generate", "KV cache bytes per token (stage section)"),
 }
+def _workload(rec: dict) -> str:
+    return (rec["knobs"] or {}).get("workload") or "train"
+
+
 _MUST = {
-    "ok": lambda r: True,
-    "sim ok": lambda r: r["mode"] == "sim",
+    "ok": lambda r: _workload(r) == "train",
+    "sim ok": lambda r: r["mode"] == "sim" and _workload(r) == "train",
+    "sim ok vllm": lambda r: r["mode"] == "sim" and _workload(r) == "vllm",
+    "ok generate": lambda r: _workload(r) == "generate",
     "sim ok sharded": lambda r: r["mode"] == "sim" and bool(r["knobs"].get("dist")),
     "measured ok multi-rank": lambda r: r["mode"] != "sim" and r["world_size"] > 1,
     "cuda ok": lambda r: r["mode"] == "cuda",
@@ -206,15 +222,20 @@ def _number_problems(rec: dict) -> list[str]:
 def _ok_problems(rec: dict) -> list[str]:
     out = []
     bd = rec["breakdown_bytes"]
+    if isinstance(bd, dict):
+        bd = {**dict.fromkeys(LATER_CATEGORIES, 0), **bd}
     if not isinstance(bd, dict) or set(bd) != set(CATEGORIES):
         out.append(f"breakdown_bytes keys {sorted(bd) if isinstance(bd, dict) else bd!r} != {sorted(CATEGORIES)}")
     elif not all(_count(v) and v >= 0 for v in bd.values()):
         out.append(f"breakdown_bytes {bd!r} holds something other than byte counts")
     elif rec["peak_bytes"] is None or sum(bd.values()) != rec["peak_bytes"]:
         out.append(f"breakdown sums to {sum(bd.values())}, peak_bytes is {rec['peak_bytes']}")
-    phases = rec["phase_peak_bytes"]
-    if not isinstance(phases, dict) or set(phases) != set(PHASES) or not all(_count(v) for v in phases.values()):
-        out.append(f"phase_peak_bytes {phases!r} is not {{phase: bytes}} for {PHASES}")
+    phases, want = rec["phase_peak_bytes"], _phases_of(rec)
+    if want is None:
+        if phases is not None:
+            out.append(f"phase_peak_bytes {phases!r} on a record of a workload without phases")
+    elif not isinstance(phases, dict) or set(phases) != set(want) or not all(_count(v) for v in phases.values()):
+        out.append(f"phase_peak_bytes {phases!r} is not {{phase: bytes}} for {want}")
     needed = ("params_total", "params_trainable") + (() if rec["mode"] == "sim" else
                                                      ("step_s_median", "tokens_per_s", "host_peak_rss_bytes"))
     out += [f"{k} missing on an ok {rec['mode']} record" for k in needed if rec[k] is None]
@@ -225,6 +246,12 @@ def _ok_problems(rec: dict) -> list[str]:
         elif isinstance(caps, dict) and set(verdicts) != set(caps):
             out.append(f"verdicts for {sorted(verdicts)} but capacities for {sorted(caps)}")
     return out
+
+
+def _phases_of(rec: dict):
+    """The phases an ok record of this workload measures (None: an engine's plan has none)."""
+    workload = (rec["knobs"] or {}).get("workload", "train")
+    return {"train": PHASES, "generate": INFERENCE_PHASES}.get(workload)
 
 
 def _details_problems(rec: dict) -> list[str]:

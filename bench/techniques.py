@@ -253,3 +253,116 @@ def skip_reason(names: list[str], knobs: dict, mode: str) -> str:
         if mode not in modes and rule(knobs):
             return f"not in {mode} mode: {reason}"
     return ""
+
+
+# ---- workloads beyond the training step (issue 14): generation and a vLLM engine's plan ----
+# A separate block on purpose: the entries above are the training techniques. A cell names its
+# workload like a technique (`generate+b8+s2048`, `vllm+util0.8`); no name means `train`.
+DEFAULT_KNOBS.update({
+    "workload": "train",        # train | generate | vllm
+    "new_tokens": None,         # generate: tokens decoded after the prompt (new<N>; default 32)
+    "gpu_util": None,           # vllm: gpu_memory_utilization (util<x>; vLLM's default 0.9)
+    "max_model_len": None,      # vllm: max_model_len (len<N>; default the model's max_position_embeddings)
+    "max_batched_tokens": None, # vllm: max_num_batched_tokens (batched<N>; default vLLM's LLM-class one)
+    "coresident_gib": None,     # vllm: GiB another process holds on the same card (coresident<x>)
+})
+WORKLOADS = ("train", "generate", "vllm")
+CATALOG.update(dict([
+    _t("train", {"workload": "train"}, "the training step (the default workload, spelled out)",
+       expected="reference point: the workload every other technique is measured on"),
+    _t("generate", {"workload": "generate"},
+       "transformers generation: prefill of the prompt (batch x seq), then greedy decoding of new "
+       "tokens with the KV cache (DynamicCache)", saves="-", expected="weights + KV cache + one step's activations",
+       overhead="-"),
+    _t("vllm", {"workload": "vllm"},
+       "vLLM engine start-up memory plan: gpu_memory_utilization x total, weights, profiled activation "
+       "peak, KV-cache blocks (sim: vLLM's rules, see README; cuda: vLLM itself, optional extra [vllm])",
+       expected="KV cache takes what the utilization leaves", overhead="-", modes=frozenset({"cuda", "sim"}),
+       mode_note="vLLM's engine runs on a GPU; cpu mode has no engine to plan (sim plans it per GPU profile)"),
+]))
+
+
+def _util(text: str) -> Technique:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise ValueError(f"util{text}: gpu_memory_utilization must be in (0, 1], got {value}")
+    return Technique(f"util{text}", {"gpu_util": value},
+                     f"vLLM gpu_memory_utilization {value} (the fraction of the card's total memory vLLM requests)",
+                     expected="a smaller KV cache, room for other processes")
+
+
+PATTERNS.update({
+    re.compile(r"new([1-9][0-9]*)"): lambda n: Technique(
+        f"new{n}", {"new_tokens": n}, f"generate {n} new tokens after the prompt"),
+    re.compile(r"len([1-9][0-9]*)"): lambda n: Technique(
+        f"len{n}", {"max_model_len": n}, f"vLLM max_model_len {n}"),
+    re.compile(r"batched([1-9][0-9]*)"): lambda n: Technique(
+        f"batched{n}", {"max_batched_tokens": n}, f"vLLM max_num_batched_tokens {n}"),
+})
+# Decimal patterns (util0.8, coresident12.5): the group is a string, not an int.
+DECIMAL_PATTERNS = {
+    re.compile(r"util([0-9]+(?:\.[0-9]+)?)"): _util,
+    re.compile(r"coresident([0-9]+(?:\.[0-9]+)?)"): lambda x: Technique(
+        f"coresident{x}", {"coresident_gib": float(x)},
+        f"another process holds {x} GiB of the same card (e.g. a training run that has not released it)"),
+}
+_lookup_numbered = lookup
+
+
+def lookup(name: str) -> Technique:
+    """The technique called ``name`` (catalogue, numbered or decimal pattern); KeyError otherwise."""
+    for pattern, make in DECIMAL_PATTERNS.items():
+        m = pattern.fullmatch(name)
+        if m:
+            return make(m.group(1))
+    try:
+        return _lookup_numbered(name)
+    except KeyError as exc:
+        raise KeyError(exc.args[0][:-1] + ", new<N>, len<N>, batched<N>, util<x>, coresident<x>)") from None
+
+
+# Knobs only a training step has, with the value that means "not used".
+TRAIN_ONLY = {"optimizer": "adamw", "gc": False, "accum": 1, "dist": None, "world_size": 1,
+              "batching": "fixed", "load": "random-init", "alloc_conf": None}
+GENERATE_ONLY = ("new_tokens",)
+VLLM_ONLY = ("gpu_util", "max_model_len", "max_batched_tokens", "coresident_gib")
+
+
+def _workload_clash(k: dict, names: list[str]) -> str:
+    """Why a workload cannot take the knobs set by ``names`` ('' if it can)."""
+    wl = k["workload"]
+    if wl != "train":
+        for name in names:
+            sets = lookup(name).sets
+            bad = [knob for knob in sets if knob in TRAIN_ONLY and sets[knob] != TRAIN_ONLY[knob]
+                   and not (name == "qlora" and knob == "optimizer")]  # qlora's 4-bit base serves as is
+            if bad or (name in ("adamw", "fp32") and wl == "vllm"):
+                return (f"{name} is a training technique ({', '.join(bad) or 'precision'}): {wl} runs no "
+                        f"optimizer step, no backward and no sharding engine")
+        if k["precision"] in ("amp-bf16", "amp-fp16"):
+            return f"{wl} has no autocast recipe here: use bf16 weights (or qlora's 4-bit base)"
+    if wl == "vllm" and k["precision"] not in ("fp32", "bf16"):
+        return "vllm loads the model in its config dtype (bf16 here)"
+    for knob, owner in ((GENERATE_ONLY, "generate"), (VLLM_ONLY, "vllm")):
+        if wl != owner and any(k[x] is not None for x in knob):
+            return f"{', '.join(x for x in knob if k[x] is not None)} applies to the {owner} workload only"
+    if wl == "vllm" and k["attn"] == "sdpa" and "sdpa" in names:
+        return "vllm picks its own attention backend (FlashAttention / FlashInfer): sdpa does not apply"
+    return ""
+
+
+RULES.append((lambda k, n: bool(_workload_clash(k, n)), "workload"))
+_knobs_training = knobs
+
+
+def knobs(names: list[str]) -> dict:
+    """The knobs a combination sets, on top of DEFAULT_KNOBS; ValueError if impossible."""
+    try:
+        return _knobs_training(names)
+    except ValueError as exc:
+        if exc.args[0] != "workload":
+            raise
+        out = dict(DEFAULT_KNOBS)
+        for name in names:
+            out.update(lookup(name).sets)
+        raise ValueError(_workload_clash(out, names)) from None

@@ -30,7 +30,7 @@ import jinja2
 import pandas as pd
 
 from bench import atomic, record
-from report import GIB, claims, recommend, sections
+from report import GIB, claims, recommend, sections, stages
 from report.fmt import jcol
 from report.table import TableError, read_table
 
@@ -43,7 +43,7 @@ MODE_TITLES = {
 MODE_SECTIONS = (sections.notes_section, sections.summary_section, recommend.section, sections.breakdown_section,
                  sections.pareto_section, sections.fits_section, sections.seqlen_section, sections.steps_section,
                  sections.peers_section)
-PAGE_SECTIONS = (claims.section, sections.unreadable_section)
+PAGE_SECTIONS = (stages.section, claims.section, sections.unreadable_section)
 
 
 def footer(df: pd.DataFrame, commit: str, built_at: str) -> dict:
@@ -85,7 +85,7 @@ def render(df: pd.DataFrame, commit: str | None = None, built_at: str | None = N
     present = [m for m in df["mode"].unique() if m]
     modes = [m for m in record.MODES if m in present] + sorted(m for m in present if m not in record.MODES)
     mode_blocks = [{"mode": m, "title": MODE_TITLES.get(m, f"{m} mode"),
-                    "sections": [s for s in (f(df, m) for f in MODE_SECTIONS) if s]} for m in modes]
+                    "sections": [s for s in (f(stages.train_rows(df), m) for f in MODE_SECTIONS) if s]} for m in modes]
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson_attr"] = lambda v: json.dumps(list(v))   # then autoescaped into the attribute

@@ -46,7 +46,7 @@ from report import table_check
 from report.table_check import TableError  # noqa: F401  (the error read_table raises)
 
 BREAKDOWN_COLUMNS = tuple(f"{c}_bytes" for c in record.CATEGORIES)
-PHASE_COLUMNS = tuple(f"{p}_peak_bytes" for p in record.PHASES)
+PHASE_COLUMNS = tuple(f"{p}_peak_bytes" for p in record.PHASES + record.INFERENCE_PHASES)
 IDENTITY_COLUMNS = ("cell", "study", "baseline_cell", "model", "gpu", "mode", "provenance",
                     "technique", "world_size", "status", "reason")
 INT_COLUMNS = ("world_size", "peak_bytes", *BREAKDOWN_COLUMNS, "reserved_peak_bytes", *PHASE_COLUMNS,
@@ -169,9 +169,11 @@ def flatten(rec: dict) -> dict:
     row = {k: v for k, v in rec.items() if k not in _REPLACED and not k.startswith("_")}
     row["technique"] = "+".join(rec.get("techniques") or [])
     breakdown = rec.get("breakdown_bytes") or {}
+    if breakdown:  # a record older than a category had none of it (kv_cache: no training step has one)
+        breakdown = {**dict.fromkeys(record.LATER_CATEGORIES, 0), **breakdown}
     row.update({f"{c}_bytes": breakdown.get(c) for c in record.CATEGORIES})
     phases = rec.get("phase_peak_bytes") or {}
-    row.update({f"{p}_peak_bytes": phases.get(p) for p in record.PHASES})
+    row.update({f"{p}_peak_bytes": phases.get(p) for p in record.PHASES + record.INFERENCE_PHASES})
     for key, value in row.items():
         if isinstance(value, (list, tuple, dict)):
             row[key] = json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)

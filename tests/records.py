@@ -29,7 +29,9 @@ def spec(model, gpu, techs, mode="cuda", verdict_gpus=SIM_GPUS, **kw):
 
 def contract_details(sp, **given) -> dict:
     """The details keys the record contract asks of an ok record of ``sp`` (record.REPORT_DETAILS),
-    with made-up values, then ``given``."""
+    with made-up values, then ``given``. Generation and engine plans prove no training facts."""
+    if sp["knobs"].get("workload", "train") != "train":
+        return dict(given)
     out = {"optimizer_state_dtypes": ["float32"]}
     if sp["mode"] == "sim":
         out.update(verdict_rule="fits: need <= 90%", verdict_reserve_bytes=576 * 2**20, verdict_notes={}, peers=[])
@@ -67,7 +69,8 @@ def made(sp, nbytes: dict, **fields):
     bd = {c: int(nbytes.get(c, 0)) for c in record.CATEGORIES}
     peak = sum(bd.values())
     rec.update(status="ok", breakdown_bytes=bd, peak_bytes=peak, step_peak_bytes=[peak, peak],
-               phase_peak_bytes=dict.fromkeys(record.PHASES, peak), params_total=10**6, params_trainable=10**6,
+               phase_peak_bytes=dict.fromkeys(record.PHASES, peak) if sp["knobs"].get("workload", "train") == "train"
+               else None, params_total=10**6, params_trainable=10**6,
                versions={"torch": "2.13.0"}, machine={"host": "ci-box"},
                details=contract_details(sp, **fields.pop("details", {})))
     if sp["mode"] != "sim":

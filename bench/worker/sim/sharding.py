@@ -102,7 +102,7 @@ def partition(phase_breakdown: dict, dist: str, n: int, units=()) -> dict:
     top = max(phase_peak, key=phase_peak.get)
     return {
         "peak_bytes": phase_peak[top],
-        "breakdown_bytes": {c: scaled[top][c] for c in CATEGORIES},
+        "breakdown_bytes": {c: scaled[top].get(c, 0) for c in CATEGORIES},  # kv_cache: none in training
         "phase_peak_bytes": phase_peak,
         "peak_phase": top,
     }
