@@ -82,19 +82,15 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
             by_cat[cat[i]] -= b.size
             a.free(b)
         res = a.reserved
-        if res > bucket_max:
-            bucket_max = res
+        bucket_max = max(bucket_max, res)
         s = step[i]
         if s >= 0:
-            if res > step_res[s]:
-                step_res[s] = res
-            if a.allocated > step_alloc[s]:
-                step_alloc[s] = a.allocated
+            step_res[s] = max(step_res[s], res)
+            step_alloc[s] = max(step_alloc[s], a.allocated)
         if i >= reset_at:
             if res > peak:
                 peak, alloc_at_peak, peak_event = res, a.allocated, i
-            if a.allocated > peak_alloc:
-                peak_alloc = a.allocated
+            peak_alloc = max(peak_alloc, a.allocated)
         if (i + 1) % stride == 0 or i == n - 1:
             tl.append([i, s, res, bucket_max, a.allocated, *by_cat])
             bucket_max = 0

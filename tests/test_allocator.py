@@ -84,10 +84,14 @@ def test_oversize_blocks_are_released_first_under_max_split_size():
     a.free(a.malloc(100 * MiB))
     a.malloc(90 * MiB)  # the 100 MiB block wastes < 20 MiB: reused whole
     assert a.reserved == 100 * MiB
-    b = Allocator(capacity=150 * MiB, conf="max_split_size_mb:64")
-    b.free(b.malloc(100 * MiB))
-    b.malloc(120 * MiB)  # does not fit beside it: the oversize block goes, no full flush needed
-    assert b.reserved == 120 * MiB and b.retries == 0 and b.device_frees == 1
+    for conf, retries in (("max_split_size_mb:64", 0), ("", 1)):
+        b = Allocator(capacity=250 * MiB, conf=conf)
+        x, y = b.malloc(100 * MiB), b.malloc(80 * MiB)
+        b.free(x)
+        b.free(y)
+        b.malloc(150 * MiB)  # fits only once both cached segments go
+        # with max_split_size the oversize blocks go first, largest first, before any full flush
+        assert (b.reserved, b.device_frees, b.retries) == (150 * MiB, 2, retries)
 
 
 def test_garbage_collection_threshold_releases_old_cached_segments():
