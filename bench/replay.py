@@ -146,6 +146,7 @@ def model(trace: dict, conf: str | None, gpus: dict, reserve_bytes: int) -> dict
         capped = replay(trace, conf, capacity=cap, points=1)
         first_oom[gpu], retries[gpu] = capped["oom"], capped["alloc_retries"]
     free.update(first_oom=first_oom, alloc_retries_by_gpu=retries, source=SOURCE,
+                capacity_bytes_by_gpu={g: p["memory_bytes"] - reserve_bytes for g, p in gpus.items()},
                 trace_events=len(trace["columns"]["kind"]), trace_max_events=trace["max_events"],
                 trace_dropped_events=trace["dropped_events"])
     return free

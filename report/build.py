@@ -31,6 +31,7 @@ from bench import record
 from report import GIB, claims, recommend, sections
 from report.fmt import jcol
 from report.table import read_table, write_atomic_text
+from report.timeline import timeline_section
 
 HERE = Path(__file__).resolve().parent
 MODE_TITLES = {
@@ -40,7 +41,7 @@ MODE_TITLES = {
 }
 MODE_SECTIONS = (sections.notes_section, sections.summary_section, recommend.section, sections.breakdown_section,
                  sections.pareto_section, sections.fits_section, sections.seqlen_section, sections.steps_section,
-                 sections.peers_section)
+                 sections.peers_section, timeline_section)
 PAGE_SECTIONS = (claims.section, sections.unreadable_section)
 
 
