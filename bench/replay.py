@@ -61,7 +61,7 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
     nsteps = max(step, default=-1) + 1
     step_res, step_alloc = [0] * nsteps, [0] * nsteps
     stride = max(1, -(-n // points))
-    tl, bucket_max = [], 0
+    tl, bucket_max, bucket_alloc, bucket_cats = [], 0, -1, [0] * ncat
     oom = None
     # peaks move only on allocations (a free never changes reserved memory); plain ifs, not
     # max(): a call per event is a third of the replay's time
@@ -80,6 +80,8 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
             res, alloc, s = a.reserved, a.allocated, step[i]
             if res > bucket_max:  # noqa: PLR1730
                 bucket_max = res
+            if alloc > bucket_alloc:  # the categories at this stretch's allocated peak
+                bucket_alloc, bucket_cats = alloc, by_cat.copy()
             if s >= 0:
                 if res > step_res[s]:  # noqa: PLR1730
                     step_res[s] = res
@@ -96,8 +98,10 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
                 by_cat[cat[i]] -= b.size
                 a.free(b)
         if (i + 1) % stride == 0 or i == n - 1:
-            tl.append([i, step[i], a.reserved, max(bucket_max, a.reserved), a.allocated, *by_cat])
-            bucket_max = 0
+            if bucket_alloc < 0:  # no allocation in this stretch: what is live now
+                bucket_alloc, bucket_cats = a.allocated, by_cat
+            tl.append([i, step[i], a.reserved, max(bucket_max, a.reserved), a.allocated, bucket_alloc, *bucket_cats])
+            bucket_max, bucket_alloc = 0, -1
     out = {
         "alloc_conf": conf or "", "capacity_bytes": capacity, "events": n,
         "reserved_peak_bytes": peak, "allocated_at_reserved_peak_bytes": alloc_at_peak,
@@ -105,7 +109,9 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
         "peak_event": peak_event, "peak_step": step[peak_event] if peak_event >= 0 else None,
         "segment_allocs": a.device_allocs, "segment_frees": a.device_frees, "alloc_retries": a.retries,
         "step_reserved_peak_bytes": step_res, "step_allocated_peak_bytes": step_alloc,
-        "timeline": {"columns": ["event", "step", "reserved", "reserved_max", "allocated",
+        # one row per stretch of events: reserved and allocated at its end and their peaks in it,
+        # the categories (allocated bytes) at its allocated peak
+        "timeline": {"columns": ["event", "step", "reserved", "reserved_max", "allocated", "allocated_max",
                                  *trace["categories"]], "rows": tl},
         "oom": oom,
     }

@@ -1,5 +1,6 @@
 """Memory timelines: allocated memory by category, stacked over the run's allocation events,
-the modelled reserved memory as a line, and each GPU's capacity for the allocator.
+the modelled reserved memory as a line, and each GPU's capacity for the allocator. Each
+sample is a stretch of events: its reserved and allocated peaks, the categories at the latter.
 
 The data is the record's ``allocator_model.timeline`` (bench/worker/alloctrace.py: samples of
 the allocator-model replay of the cell's trace; each sample's reserved line is the most
@@ -35,7 +36,8 @@ def timeline_long(df: pd.DataFrame) -> pd.DataFrame:
             s = dict(zip(cols, sample))
             rows.append({"cell": r["cell"], "mode": r["mode"], "model": r["model"], "gpu": r["gpu"],
                          "technique": r["technique"], "event": s["event"], "step": s["step"],
-                         "reserved_gib": s["reserved_max"] / GIB, "allocated_gib": s["allocated"] / GIB,
+                         "reserved_gib": s["reserved_max"] / GIB,
+                         "allocated_gib": s.get("allocated_max", s["allocated"]) / GIB,
                          **{c: s.get(c, 0) / GIB for c in CATEGORIES}, "capacities": caps})
     return pd.DataFrame(rows, columns=["cell", "mode", "model", "gpu", "technique", "event", "step",
                                        "reserved_gib", "allocated_gib", *CATEGORIES, "capacities"])
@@ -63,5 +65,6 @@ def timeline_figure(long: pd.DataFrame) -> Figure:
             ax.set(title=f"{g['model'].iloc[0]} · {g['technique'].iloc[0]}", ylim=(0, top),
                    xlabel="allocation events (step starts marked)", ylabel="GiB")
             ax.title.set_fontsize(9)
-        axes[0].legend(fontsize=7, loc="upper left", ncols=2)
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=7)
     return fig
