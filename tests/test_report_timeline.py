@@ -2,9 +2,9 @@
 allocator_model comes from a real replay (bench/replay.py) of a hand-made growing trace."""
 from __future__ import annotations
 
+from bench import replay
 from report import GIB, plot_timeline, table
 from report.timeline import timeline_section
-from bench import replay
 from tests.test_allocator import trace
 from tests.test_report import ok, spec
 
@@ -43,6 +43,16 @@ def test_timeline_draws_story_cells_with_reserved_and_capacity():
     assert (long["allocated_gib"] <= long["reserved_gib"] + 1e-12).all()
     section = timeline_section(df, "sim")
     assert section["image"].startswith("data:image/png;base64,") and "reserved" in section["caption"]
+    assert "no GPU runs out" in section["caption"]  # 16 GiB holds 90 MiB
+
+
+def test_caption_says_where_each_gpu_runs_out():
+    rec = story_record(["padding-growing"])
+    rec["allocator_model"] = replay.model(growing_trace(), None, {"tiny": {"memory_bytes": 620 * MiB}}, 576 * MiB)
+    caption = timeline_section(table.to_frame([rec]), "sim")["caption"]
+    # 44 MiB for the allocator beside 30 MiB of weights: 12 MiB fits, 14 MiB once the cached 12 MiB
+    # segment is released, 16 MiB (s3) not even then
+    assert "padding-growing: tiny at s3 (forward, aten.empty)" in caption
 
 
 def test_no_story_cells_no_section():
