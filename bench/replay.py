@@ -45,7 +45,7 @@ def dump(trace: dict, path) -> None:
 def replay(trace: dict, conf: str | None = None, capacity: int | None = None, snapshot: bool = False,
            points: int = TIMELINE_POINTS) -> dict:
     """Summary of one replay: reserved and allocated peaks (from ``reset_at`` on), the
-    fragmentation at the reserved peak, segment (cudaMalloc / page map) counts, per-step peaks,
+    fragmentation at the allocated peak (reserved minus allocated when the step needs most), segment (cudaMalloc / page map) counts, per-step peaks,
     a timeline of ``points`` samples, the first allocation that failed (``oom``), and with
     ``snapshot`` the torch snapshot dict."""
     col = trace["columns"]
@@ -56,7 +56,7 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
     blocks: dict = {}
     by_cat = [0] * ncat
     reset_at = trace.get("reset_at", 0)
-    peak = peak_alloc = alloc_at_peak = 0
+    peak = peak_alloc = alloc_at_peak = res_at_alloc_peak = 0
     peak_event = -1
     nsteps = max(step, default=-1) + 1
     step_res, step_alloc = [0] * nsteps, [0] * nsteps
@@ -90,8 +90,8 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
             if i >= reset_at:
                 if res > peak:
                     peak, alloc_at_peak, peak_event = res, alloc, i
-                if alloc > peak_alloc:  # noqa: PLR1730
-                    peak_alloc = alloc
+                if alloc > peak_alloc:
+                    peak_alloc, res_at_alloc_peak = alloc, res
         else:
             b = blocks.pop(serial[i], None)
             if b is not None:
@@ -105,7 +105,9 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
     out = {
         "alloc_conf": conf or "", "capacity_bytes": capacity, "events": n,
         "reserved_peak_bytes": peak, "allocated_at_reserved_peak_bytes": alloc_at_peak,
-        "fragmentation_at_peak_bytes": peak - alloc_at_peak, "allocated_peak_bytes": peak_alloc,
+        "allocated_peak_bytes": peak_alloc, "reserved_at_allocated_peak_bytes": res_at_alloc_peak,
+        # what the allocator holds beyond live blocks when the step needs the most
+        "fragmentation_at_peak_bytes": res_at_alloc_peak - peak_alloc,
         "peak_event": peak_event, "peak_step": step[peak_event] if peak_event >= 0 else None,
         "segment_allocs": a.device_allocs, "segment_frees": a.device_frees, "alloc_retries": a.retries,
         "step_reserved_peak_bytes": step_res, "step_allocated_peak_bytes": step_alloc,

@@ -5,7 +5,7 @@
 
 The trace is the tracker's (bench/worker/memtrack.py); the model and the replay are torch-free
 (bench/allocator.py, bench/replay.py). ``allocator_model`` holds the replay without a capacity
-(reserved and allocated peaks, fragmentation at the reserved peak, segment allocations,
+(reserved and allocated peaks, fragmentation at the allocated peak, segment allocations,
 per-step peaks, a timeline of TIMELINE_POINTS samples) and, per GPU of ``gpus``, the first
 allocation that fails under that GPU's memory minus the context reserve (bench/verdicts.py).
 In cuda mode the real allocator history is recorded too (``cuda_history``) and its snapshot
