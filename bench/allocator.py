@@ -34,7 +34,8 @@ Reserved is what segments (or mapped pages) hold; allocated is the sum of handed
 sizes (what ``torch.cuda.memory_allocated`` counts). The capacity is what the process may
 reserve: the GPU's memory minus the CUDA context and cuBLAS workspaces (bench/verdicts.py).
 Not modelled: several streams (record_stream), CUDA graphs' private pools,
-``roundup_power2_divisions``, the driver's own address-space fragmentation.
+``roundup_power2_divisions``, ``torch.cuda.empty_cache()`` calls (not in a trace), the
+driver's own address-space fragmentation.
 
 A trace (bench/worker/memtrack.py writes it) is a dict of equal-length columns
 (``kind`` 1 = alloc / 0 = free, ``serial``, ``bytes``, ``step``, ``phase``, ``op``,
