@@ -3,6 +3,8 @@ batch 1, batches growing step by step (padding-growing) against packed full rows
 and without expandable segments, through the real launcher and worker. The records must show
 the reserved staircase that never comes down, allocated memory going up and down, a lower
 staircase with expandable segments, and where each GPU runs out; the trace lands beside them."""
+from itertools import pairwise
+
 import pytest
 
 from bench import launch, matrix, record
@@ -31,13 +33,13 @@ def recs(tmp_path_factory):
 
 def test_padding_growing_climbs_a_reserved_staircase_that_never_comes_down(recs):
     m = recs["lora+bf16+padding-growing"]["allocator_model"]
-    res, alloc = m["step_reserved_peak_bytes"], m["step_allocated_peak_bytes"]
+    res = m["step_reserved_peak_bytes"]
     assert res == sorted(res) and len(set(res)) == len(res)  # a new stair each longer step
     assert m["fragmentation_at_peak_bytes"] > 0.2 * m["allocated_peak_bytes"]
     rows = m["timeline"]["rows"]
     col = {c: i for i, c in enumerate(m["timeline"]["columns"])}
     after = [r for r in rows if r[col["step"]] >= 0]
-    assert all(b[col["reserved"]] >= a[col["reserved"]] for a, b in zip(after, after[1:]))  # never down
+    assert all(b[col["reserved"]] >= a[col["reserved"]] for a, b in pairwise(after))  # never down
     allocated = [r[col["allocated"]] for r in after]
     assert min(allocated[len(allocated) // 2:]) < 0.7 * max(allocated)  # allocated goes up and down
     assert recs["lora+bf16+padding-growing"]["details"]["trace_file"].endswith(".json.gz")
