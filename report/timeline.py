@@ -9,15 +9,20 @@ from report.sections import chart
 
 
 def runs_out(df: pd.DataFrame, cells) -> str:
-    """'cell: rtx-4090 at s2 (forward, aten.mm.default), ...; ...' from allocator_model.first_oom
-    (steps 1-based as on the picture; the model build before them is 'the build')."""
+    """'technique: rtx-4090 at s2 (forward, aten.mm.default; 2 cache flushes before), ...; ...' from
+    allocator_model.first_oom (steps 1-based as on the picture; the model build before them is
+    'the build'). A flush is the allocator releasing its cached segments and retrying, which
+    succeeded each time but the last (``alloc_retries_by_gpu`` counts the failing one too)."""
     said = []
     for _, r in df[df["cell"].isin(cells)].iterrows():
         model = jcol(r, "allocator_model") or {}
         fails = {g: o for g, o in (model.get("first_oom") or {}).items() if o}
         if not model.get("first_oom"):
             continue
-        where = [f"{g} at {'the build' if o['step'] < 0 else 's' + str(o['step'] + 1)} ({o['phase']}, {o['op']})"
+        flushes = model.get("alloc_retries_by_gpu") or {}
+        where = [f"{g} at {'the build' if o['step'] < 0 else 's' + str(o['step'] + 1)} ({o['phase']}, {o['op']}"
+                 + (f"; {flushes[g] - 1} cache flush{'es' if flushes[g] > 2 else ''} before" if flushes.get(g, 0) > 1 else "")
+                 + ")"
                  for g, o in sorted(fails.items(), key=lambda kv: (kv[1]["step"], kv[0]))]
         said.append(f"{r['technique']}: " + (", ".join(where) if where else "no GPU runs out"))
     return "; ".join(said)

@@ -52,7 +52,7 @@ def test_caption_says_where_each_gpu_runs_out():
     caption = timeline_section(table.to_frame([rec]), "sim")["caption"]
     # 44 MiB for the allocator beside 30 MiB of weights: 12 MiB fits, 14 MiB once the cached 12 MiB
     # segment is released, 16 MiB (s3) not even then
-    assert "padding-growing: tiny at s3 (forward, aten.empty)" in caption
+    assert "padding-growing: tiny at s3 (forward, aten.empty; 1 cache flush before)" in caption
 
 
 def test_no_story_cells_no_section():
