@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,10 +64,33 @@ def run_cell(spec: dict, log_path: str | os.PathLike | None = None) -> dict:
                 lifeline.release(proc.pid)
         if ranks.multirank(spec):
             kill_ranks(spec, out_path)  # torchrun has exited; no rank may outlive it
-            return ranks.merge(spec, ranks.collect(out_path, spec["world_size"]), exit_reason(code), tail(log))
-        if out_path.is_file():
-            return json.loads(out_path.read_text())
-        return record.failure(spec, "error", exit_reason(code), tail(log))
+            rec = ranks.merge(spec, ranks.collect(out_path, spec["world_size"]), exit_reason(code), tail(log))
+        elif out_path.is_file():
+            rec = json.loads(out_path.read_text())
+        else:
+            return record.failure(spec, "error", exit_reason(code), tail(log))
+        keep_traces(spec, out_path, rec, log_path)
+        return rec
+
+
+def keep_traces(spec: dict, out_path: Path, rec: dict, log_path) -> None:
+    """Move the worker's allocation trace (and a cuda snapshot) out of the temp dir into
+    ``results/traces/`` beside ``results/logs/`` (the peak rank's, for several ranks); the
+    record says where (``details.trace_file``, ``details.snapshot_file``)."""
+    if not log_path:
+        return
+    src = out_path
+    if ranks.multirank(spec):
+        src = ranks.rank_path(out_path, rec["details"].get("peak_rank", 0))
+    folder = Path(log_path).parent.parent / "traces"
+    for suffix, name, key in ((".trace.json.gz", ".json.gz", "trace_file"),
+                              (".snapshot.pickle", ".snapshot.pickle", "snapshot_file")):
+        made = Path(f"{src}{suffix}")
+        if made.is_file():
+            folder.mkdir(parents=True, exist_ok=True)
+            dest = folder / f"{spec['cell']}{name}"
+            shutil.move(made, dest)
+            rec["details"][key] = str(dest)
 
 
 def worker_command(spec: dict, spec_path: Path, out_path: Path) -> list[str]:

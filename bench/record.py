@@ -23,6 +23,11 @@ Contract (every key is always present; a number that was not measured is ``None`
   ``step_s_median``, ``tokens_per_s`` (tokens of the timed steps / their total time),
   ``flops_per_step`` (sim), ``params_total``, ``params_trainable``
 - sim only: ``verdicts`` ({gpu: fits|tight|oom}, one per ``verdict_gpu_memory_bytes`` entry)
+- allocator model (every mode, modelled): ``modelled_reserved_peak_bytes`` (the step's
+  allocation trace replayed through the CUDA caching-allocator model, bench/allocator.py;
+  beside the measured ``reserved_peak_bytes`` in cuda mode), ``allocator_model`` (that
+  replay: fragmentation at the peak, segment allocations, per-step peaks, a timeline, the first
+  allocation that fails on each GPU; bench/worker/alloctrace.py)
 - context: ``versions``, ``machine``, ``started_at``, ``wall_s``, ``details`` (free-form
   facts a technique proved about itself, e.g. the optimizer state dtype; the keys the report
   reads are ``REPORT_DETAILS``, with the records that must carry them)
@@ -57,6 +62,7 @@ FIELDS = (
     "batch_size", "seq_len", "steps", "warmup_steps", "step_s_median", "tokens_per_s",
     "flops_per_step", "params_total", "params_trainable",
     "verdicts", "versions", "machine", "started_at", "wall_s", "details",
+    "modelled_reserved_peak_bytes", "allocator_model",
 )
 # The fields a record takes from its cell spec (blank() sets them before anything runs).
 SPEC_FIELDS = ("cell", "study", "baseline_cell", "model", "gpu", "techniques", "knobs", "mode",

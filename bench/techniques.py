@@ -30,7 +30,7 @@ DEFAULT_KNOBS = {
     "attn": "sdpa",             # sdpa | eager | fa2
     "dist": None,               # None | zero1 | zero2 | zero3 | zero2-offload | zero3-offload | fsdp
     "world_size": 1,
-    "batching": "fixed",        # fixed | padding | packing
+    "batching": "fixed",        # fixed | padding | padding-growing | packing
     "alloc_conf": None,         # PYTORCH_CUDA_ALLOC_CONF value
     "load": "random-init",      # random-init | checkpoint | checkpoint-low-cpu-mem-usage
 }
@@ -135,13 +135,18 @@ CATALOG: dict[str, Technique] = dict([
     # batching
     _t("padding", {"batching": "padding"}, "variable-length samples padded to the longest in each batch",
        saves="-", expected="peak climbs in steps as longer batches arrive", overhead="wasted pad compute"),
+    _t("padding-growing", {"batching": "padding-growing"},
+       "padded batches whose longest sample grows every step up to the sequence length (length-sorted)",
+       saves="-", expected="reserved memory climbs in stairs and never comes down",
+       overhead="wasted pad compute; fragmentation"),
     _t("packing", {"batching": "packing"}, "variable-length samples packed into full rows, no pad tokens",
        saves="activations", expected="steady peak, no pad waste", overhead="none; more tokens per step"),
     # allocator and loading
     _t("expandable-segments", {"alloc_conf": "expandable_segments:True"},
-       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", saves="temporaries",
-       expected="less fragmentation (reserved closer to allocated)", modes=frozenset({"cuda"}),
-       mode_note="a CUDA caching-allocator setting: it changes nothing off CUDA"),
+       "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (one growing segment per pool, mapped in "
+       "2/20 MiB pages); cuda: the real allocator; cpu and sim: the allocator model's reserved memory "
+       "(live bytes unchanged)", saves="reserved",
+       expected="less fragmentation (reserved closer to allocated)"),
     _t("ckpt-load", {"load": "checkpoint"}, "load weights from a local checkpoint (from_pretrained)",
        modes=frozenset({"cpu", "cuda"}),
        mode_note="a load technique changes host memory while loading; a simulated step loads no weights"),

@@ -40,8 +40,11 @@ studies:
 
 
 class Untracked:
-    """The tracker interface bench.worker.train.Session calls, counting nothing."""
+    """The tracker interface bench.worker.train.Session and sim's FakeRun call, counting nothing."""
     peak = total = 0
+
+    def __init__(self):
+        self.op_hooks = []  # FakeRun adds its FLOP hook here; nothing calls it
 
     def mark(self, *args):
         pass

@@ -1,22 +1,23 @@
-"""Will it fit? A verdict per GPU profile from one simulated peak. Torch-free.
+"""Will it fit? A verdict per GPU profile from the modelled reserved memory. Torch-free.
 
-    verdicts(peak_bytes, {gpu: profile}) -> {gpu: "fits" | "tight" | "oom"}
+    from_replay(model, profiles) -> {gpu: "fits" | "tight" | "oom"}        # a replayed trace
+    from_estimate(reserved, allocated, profiles) -> {gpu: ...}              # no per-rank trace
 
-A simulated peak counts what the training step allocates through PyTorch's caching allocator
-(bench/worker/cuda_alloc.py). A real process needs more of the card than that:
+What a real process holds on the card:
 
+- reserved memory: the caching allocator's segments, modelled by replaying the step's
+  allocation trace (bench/allocator.py, bench/replay.py): allocated memory plus what the
+  allocator keeps cached (fragmentation), rounded to its segments;
 - CUDA context: driver state and the kernels loaded into it. With lazy module loading
   (CUDA >= 11.7, PyTorch's default) about 300-400 MB per process (PyTorch maintainers in
   pytorch/pytorch#107667 and #109888); it grows as more kernels (cuBLAS, cuDNN, flash) load,
-  so 512 MiB is reserved.
+  so 512 MiB is reserved;
 - cuBLAS and cuBLASLt workspaces: 32 MiB each on Hopper, 4 MiB elsewhere (cuBLAS docs,
-  cublasSetWorkspace; PyTorch's defaults since pytorch/pytorch#89027 and #120925), taken from
-  the caching allocator per handle and stream: 64 MiB reserved.
-- The caching allocator's fragmentation: reserved minus allocated, typically a few percent
-  to 10-15% of the peak in training; the last 10% of the card is left for it.
+  cublasSetWorkspace; PyTorch's defaults since pytorch/pytorch#89027 and #120925): 64 MiB.
 
-``memory_bytes`` of a profile is the CUDA runtime's total (matrix/gpus.yaml), which the
-context also lives in. Communication buffers (NCCL) of a multi-GPU run are not included.
+The allocator may use ``memory_bytes - RESERVE_BYTES`` (the replay's capacity; ``memory_bytes``
+is the CUDA runtime's total, matrix/gpus.yaml). Communication buffers (NCCL) of a multi-GPU
+run are not included.
 """
 from __future__ import annotations
 
@@ -24,23 +25,40 @@ MiB = 2**20
 CUDA_CONTEXT_BYTES = 512 * MiB
 BLAS_WORKSPACE_BYTES = 64 * MiB
 RESERVE_BYTES = CUDA_CONTEXT_BYTES + BLAS_WORKSPACE_BYTES
-FITS_FRACTION = 0.90
-RULE = (f"need = simulated peak + {RESERVE_BYTES // MiB} MiB reserve (CUDA context 512 MiB, "
-        f"cuBLAS/cuBLASLt workspaces 64 MiB); fits: need <= {FITS_FRACTION:.0%} of the GPU's memory; "
-        f"tight: need <= 100% (the last {1 - FITS_FRACTION:.0%} is what allocator fragmentation "
-        f"usually takes); oom: need > 100%")
+RULE = (f"capacity = GPU memory - {RESERVE_BYTES // MiB} MiB reserve (CUDA context 512 MiB, cuBLAS/cuBLASLt "
+        "workspaces 64 MiB); the step's allocation trace is replayed through the CUDA caching-allocator "
+        "model (bench/allocator.py); fits: the modelled reserved peak <= capacity; tight: it is not, but "
+        "the replay under the capacity succeeds by releasing cached segments and retrying (slower, "
+        "synchronizing cudaFree); oom: an allocation fails under the capacity")
+ESTIMATE_RULE = (f"capacity = GPU memory - {RESERVE_BYTES // MiB} MiB reserve; reserved is estimated per rank as "
+                 "the partitioned allocated peak plus the single-process replay's fragmentation at its peak "
+                 "(no per-rank trace is replayed); fits: reserved <= capacity; tight: only the allocated peak "
+                 "<= capacity (the allocator would have to release its cache); oom: allocated peak > capacity")
 
 
-def verdict(peak_bytes: int, memory_bytes: int) -> str:
-    need = peak_bytes + RESERVE_BYTES
-    if need > memory_bytes:
-        return "oom"
-    return "tight" if need > FITS_FRACTION * memory_bytes else "fits"
+def capacity(profile: dict) -> int:
+    """Bytes the caching allocator may reserve on this GPU."""
+    return profile["memory_bytes"] - RESERVE_BYTES
 
 
-def verdicts(peak_bytes: int, profiles: dict) -> dict[str, str]:
-    """{gpu: verdict} for every profile (matrix/gpus.yaml entries)."""
-    return {gpu: verdict(peak_bytes, prof["memory_bytes"]) for gpu, prof in profiles.items()}
+def from_replay(model: dict, profiles: dict) -> dict[str, str]:
+    """{gpu: verdict} from bench.replay.model's result (``reserved_peak_bytes``, ``first_oom``)."""
+    out = {}
+    for gpu, prof in profiles.items():
+        if model["first_oom"].get(gpu) is not None:
+            out[gpu] = "oom"
+        else:
+            out[gpu] = "fits" if model["reserved_peak_bytes"] <= capacity(prof) else "tight"
+    return out
+
+
+def from_estimate(reserved_bytes: int, allocated_bytes: int, profiles: dict) -> dict[str, str]:
+    """{gpu: verdict} where no trace of the GPU's own step exists (ESTIMATE_RULE)."""
+    out = {}
+    for gpu, prof in profiles.items():
+        cap = capacity(prof)
+        out[gpu] = "fits" if reserved_bytes <= cap else "tight" if allocated_bytes <= cap else "oom"
+    return out
 
 
 def notes(knobs: dict, profiles: dict) -> dict[str, str]:

@@ -33,6 +33,7 @@ from bench import atomic, record
 from report import GIB, claims, recommend, sections, stages
 from report.fmt import jcol
 from report.table import TableError, read_table
+from report.timeline import timeline_section
 
 HERE = Path(__file__).resolve().parent
 MODE_TITLES = {
@@ -42,7 +43,7 @@ MODE_TITLES = {
 }
 MODE_SECTIONS = (sections.notes_section, sections.summary_section, recommend.section, sections.breakdown_section,
                  sections.pareto_section, sections.fits_section, sections.seqlen_section, sections.steps_section,
-                 sections.peers_section)
+                 sections.peers_section, timeline_section)
 PAGE_SECTIONS = (stages.section, claims.section, sections.unreadable_section)
 
 

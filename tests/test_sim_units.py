@@ -1,5 +1,5 @@
 """Sim mode's small parts, each against what it models: the CUDA allocator's rounding, the
-verdict thresholds, the ZeRO paper's per-GPU arithmetic, and the CUDA attention routing."""
+verdict rule, the ZeRO paper's per-GPU arithmetic, and the CUDA attention routing."""
 import pytest
 
 from bench.worker import cuda_alloc
@@ -16,21 +16,26 @@ def test_round_size_is_the_caching_allocators(asked, counted):
     assert cuda_alloc.round_size(asked) == counted
 
 
-def test_verdict_thresholds_include_the_reserve():
+def test_verdicts_come_from_the_modelled_reserved_memory_under_the_reserve():
     card = 24 * GiB
     reserve = verdicts.RESERVE_BYTES
-    assert reserve == 576 * MiB
-    assert verdicts.verdict(card - reserve, card) == "tight"
-    assert verdicts.verdict(card - reserve + 1, card) == "oom"
-    assert verdicts.verdict(int(0.9 * card) - reserve, card) == "fits"
-    assert verdicts.verdict(int(0.9 * card) - reserve + 1, card) == "tight"
-    assert "576 MiB" in verdicts.RULE and "90%" in verdicts.RULE
+    assert reserve == 576 * MiB and "576 MiB" in verdicts.RULE
+    prof = {"g": {"memory_bytes": card}}
+    fits = {"reserved_peak_bytes": card - reserve, "first_oom": {"g": None}}
+    assert verdicts.from_replay(fits, prof) == {"g": "fits"}
+    flushed = {"reserved_peak_bytes": card - reserve + 1, "first_oom": {"g": None}}  # fits after a cache flush
+    assert verdicts.from_replay(flushed, prof) == {"g": "tight"}
+    failed = {"reserved_peak_bytes": card, "first_oom": {"g": {"event": 7}}}
+    assert verdicts.from_replay(failed, prof) == {"g": "oom"}
+    assert verdicts.from_estimate(card - reserve, 0, prof) == {"g": "fits"}
+    assert verdicts.from_estimate(card, card - reserve, prof) == {"g": "tight"}
+    assert verdicts.from_estimate(card, card - reserve + 1, prof) == {"g": "oom"}
 
 
 def test_verdicts_cover_every_profile_and_note_gpus_without_bf16():
     profiles = {"big": {"memory_bytes": 80 * GiB, "bf16_tflops": 989.4},
                 "t4": {"memory_bytes": 15 * GiB, "bf16_tflops": None}}
-    assert verdicts.verdicts(20 * GiB, profiles) == {"big": "fits", "t4": "oom"}
+    assert verdicts.from_estimate(20 * GiB, 20 * GiB, profiles) == {"big": "fits", "t4": "oom"}
     knobs = {"precision": "bf16", "adapter": None}
     assert list(verdicts.notes(knobs, profiles)) == ["t4"]
     assert verdicts.notes({"precision": "fp32", "adapter": None}, profiles) == {}

@@ -171,7 +171,15 @@ def test_packing_leaves_no_pads_and_padding_climbs_with_the_longest_batch(recs):
 
 def test_cuda_only_techniques_are_reasoned_skips_on_cpu(recs):
     assert recs["fa2"]["status"] == "skipped" and "CUDA" in recs["fa2"]["reason"]
-    assert recs["expandable-segments"]["status"] == "skipped" and "CUDA" in recs["expandable-segments"]["reason"]
+
+
+def test_expandable_segments_on_cpu_change_the_modelled_reserved_memory_only(recs):
+    es, base = ok(recs, "expandable-segments"), ok(recs, "baseline")
+    assert es["peak_bytes"] == base["peak_bytes"]  # live bytes: the same step
+    assert es["allocator_model"]["alloc_conf"] == "expandable_segments:True"
+    assert es["modelled_reserved_peak_bytes"] != base["modelled_reserved_peak_bytes"]
+    for rec in (es, base):
+        assert rec["modelled_reserved_peak_bytes"] >= rec["allocator_model"]["allocated_peak_bytes"]
 
 
 def test_loading_from_a_local_checkpoint(recs):

@@ -4,6 +4,10 @@
 - padding: variable-length samples, each batch padded to its longest sample, pads masked
   out of attention and loss. Lengths are drawn from one fixed, seeded distribution, so the
   step-wise climb of the peak as longer batches arrive is reproducible.
+- padding-growing: padded batches whose longest sample grows step by step to ``seq_len``
+  (step k of n is ceil(seq_len * k / n) wide), as a length-sorted sampler or a curriculum
+  serves them: each step is longer than the last, the case where the CUDA allocator's
+  reserved memory climbs in stairs (bench/allocator.py).
 - packing: the same samples concatenated into full rows of ``seq_len``: no pad tokens.
 
 Each batch is a dict of input_ids, labels, attention_mask plus ``real_tokens`` (tokens that
@@ -32,15 +36,13 @@ def batches(kind: str, batch_size: int, seq_len: int, vocab: int, steps: int, se
                       device, ids.numel())
     elif kind == "padding":
         for _ in range(steps):
-            lengths = sample_lengths(gen, batch_size, seq_len)
-            width = max(lengths)
-            ids = torch.zeros(batch_size, width, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for row, n in enumerate(lengths):
-                ids[row, :n] = torch.randint(1, vocab, (n,), generator=gen)
-                mask[row, :n] = 1
-            labels = ids.masked_fill(mask == 0, -100)
-            yield _to(dict(input_ids=ids, labels=labels, attention_mask=mask), device, sum(lengths))
+            yield _padded(sample_lengths(gen, batch_size, seq_len), vocab, gen, device)
+    elif kind == "padding-growing":
+        for k in range(1, steps + 1):
+            width = -(-seq_len * k // steps)
+            lengths = sample_lengths(gen, batch_size, width)
+            lengths[0] = width  # the longest sample sets this step's width
+            yield _padded(lengths, vocab, gen, device)
     elif kind == "packing":
         stream: list[int] = []
         for _ in range(steps):
@@ -53,6 +55,18 @@ def batches(kind: str, batch_size: int, seq_len: int, vocab: int, steps: int, se
                       device, ids.numel())
     else:
         raise ValueError(f"unknown batching {kind!r}")
+
+
+def _padded(lengths: list[int], vocab: int, gen: torch.Generator, device) -> dict:
+    """One batch of samples of these lengths, padded to the longest, pads masked out."""
+    width = max(lengths)
+    ids = torch.zeros(len(lengths), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = torch.randint(1, vocab, (n,), generator=gen)
+        mask[row, :n] = 1
+    labels = ids.masked_fill(mask == 0, -100)
+    return _to(dict(input_ids=ids, labels=labels, attention_mask=mask), device, sum(lengths))
 
 
 def _to(batch: dict, device, real_tokens: int) -> dict:

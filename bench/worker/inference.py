@@ -48,7 +48,9 @@ def generate(spec: dict, mode: str) -> dict:
         out["details"].pop(key, None)  # fake time
     out["details"]["simulated"] = ("CUDA caching-allocator rounding (512-byte blocks), CUDA attention kernels "
                                    "(flash / memory-efficient footprint)")
-    out["verdicts"] = verdicts.verdicts(out["peak_bytes"], spec["verdict_gpus"])
+    from bench.worker import alloctrace  # reserved memory: the trace replayed through the allocator model
+    model = alloctrace.attach(out, tracker, spec, spec["verdict_gpus"])
+    out["verdicts"] = verdicts.from_replay(model, spec["verdict_gpus"])
     out["details"].update(verdict_rule=verdicts.RULE, verdict_reserve_bytes=verdicts.RESERVE_BYTES,
                           verdict_notes=verdicts.notes(spec["knobs"], spec["verdict_gpus"]))
     return out

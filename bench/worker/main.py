@@ -27,6 +27,7 @@ import time
 import traceback
 
 from bench import atomic, lifeline, ranks, record
+from bench.worker import alloctrace
 from bench.worker.progress import say
 
 
@@ -45,6 +46,7 @@ def main(spec_path: str, out_path: str) -> int:
     rec["started_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     try:
         rec.update(run(spec))
+        alloctrace.write(rec, out_path)  # the allocation trace beside the record, not in it
         rec["status"], rec["reason"] = "ok", ""
     except Skip as exc:
         rec["status"], rec["reason"] = "skipped", str(exc)
@@ -87,7 +89,9 @@ def run(spec: dict) -> dict:
     say("torch imported")
     if spec["mode"] == "cpu":
         tracker = MemTracker(budget_bytes=spec["gpu_memory_bytes"])
-        return train.train(spec, "cpu", tracker)
+        out = train.train(spec, "cpu", tracker)
+        alloctrace.attach(out, tracker, spec, {})  # what a CUDA allocator would reserve for this trace
+        return out
     if spec["mode"] == "cuda":
         return run_cuda(spec, torch, train, MemTracker)
     from bench.worker.sim import simulate
@@ -110,8 +114,10 @@ def run_cuda(spec, torch, train, MemTracker) -> dict:
     if sampler:
         sampler.start()
     torch.cuda.reset_peak_memory_stats(index)
+    alloctrace.start_cuda_history(torch)
+    tracker = MemTracker(rounding=cuda_alloc.round_size)
     try:
-        out = train.train(spec, "cuda", MemTracker(rounding=cuda_alloc.round_size))
+        out = train.train(spec, "cuda", tracker)
     except Exception as exc:
         exc.details = {"cuda": gpumem.finish(torch, index, sampler, facts)}  # kept in the oom/error record
         raise
@@ -123,6 +129,8 @@ def run_cuda(spec, torch, train, MemTracker) -> dict:
         out["details"]["tracker_over_cuda_bytes"] = out["peak_bytes"] - peak
     out["peak_bytes"] = sum(out["breakdown_bytes"].values()) if peak < out["peak_bytes"] else peak
     out["reserved_peak_bytes"] = facts["reserved_peak_bytes"]
+    alloctrace.attach(out, tracker, spec, {spec["gpu"]: {"memory_bytes": spec["gpu_memory_bytes"]}})
+    out["_cuda_snapshot"] = alloctrace.cuda_snapshot(torch)  # the real allocator's history, beside the model's
     out["details"]["device_name"] = facts["physical_device"]
     out["details"]["cuda"] = facts
     return out

@@ -30,6 +30,15 @@ tracker's state: ``op_hooks`` are called after every op with (func, args, kwargs
 (FLOP counting, kernel workspaces); ``transient(nbytes)`` counts scratch memory a kernel
 takes and frees inside one op; ``phase_breakdown()`` gives the categories at each phase's
 own peak (ZeRO's analytic partitioning needs them).
+
+The allocation trace (``trace()``): every device storage's allocation and free, in order,
+with its requested bytes, serial, phase, step, the op that made it (the ATen op in
+``__torch_dispatch__``; ``(direct)`` for storages counted outside an op: batches, marked
+tensors) and its category (resolved when the trace is taken). Kernel scratch
+(``transient``) is an allocation freed at once; an in-place resize is a free and a new
+allocation under the same serial. Bounded: the first ``MAX_TRACE_EVENTS`` events are kept,
+later ones are dropped and counted (``dropped_events``), so a replay of a truncated trace
+covers its beginning only (bench/replay.py says so in the record).
 """
 from __future__ import annotations
 
@@ -46,6 +55,10 @@ from bench.record import CATEGORIES, PHASES
 
 class OutOfBudget(torch.OutOfMemoryError if hasattr(torch, "OutOfMemoryError") else RuntimeError):
     """Live bytes passed the device profile's capacity (cpu mode emulates that device)."""
+
+
+MAX_TRACE_EVENTS = 1_000_000  # about 100 MB of host memory at most; a 7B step takes ~1e5
+TRACE_PHASES = ("other", *PHASES)
 
 
 def _key(storage) -> int:
@@ -76,6 +89,13 @@ class MemTracker(TorchDispatchMode):
         self._resize_saved = None
         self.phase_live: dict[str, list] = {}  # phase -> live entries at that phase's peak
         self._phase_dirty = None
+        self.events: list[tuple] = []       # (1, serial, bytes, step, phase, op) | (0, serial, step, phase)
+        self.dropped_events = 0
+        self.trace_reset_at = 0
+        self.step = -1                      # -1: building the model, before the first step
+        self.ops: dict = {"(direct)": 0}    # op name -> index in the trace
+        self._op = 0
+        self._phase_index = {p: i for i, p in enumerate(TRACE_PHASES)}
 
     # -- in-place storage resizes -----------------------------------------------------
     def __enter__(self):
@@ -107,6 +127,9 @@ class MemTracker(TorchDispatchMode):
             return
         serial, old, born = table[key]
         new = self.rounding(storage.nbytes())
+        if table is self.live:
+            self._event((0, serial, self.step, self._phase_index.get(self.phase, 0)))
+            self._alloc_event(serial, storage.nbytes())
         if table is self.host:
             self.host_total += new - old
             self.host_peak = max(self.host_peak, self.host_total)
@@ -139,8 +162,19 @@ class MemTracker(TorchDispatchMode):
             self.host_peak = max(self.host_peak, self.host_total)
             return self.serials
         self.live[key] = (self.serials, nbytes, self.phase)
+        self._alloc_event(self.serials, storage.nbytes())
         self._grow(nbytes)
         return self.serials
+
+    def _event(self, ev: tuple) -> None:
+        if len(self.events) < MAX_TRACE_EVENTS:
+            self.events.append(ev)
+        else:
+            self.dropped_events += 1
+
+    def _alloc_event(self, serial: int, nbytes: int) -> None:
+        if nbytes > 0:  # allocate(0) never reaches the CUDA allocator
+            self._event((1, serial, nbytes, self.step, self._phase_index.get(self.phase, 0), self._op))
 
     def _grow(self, nbytes: int) -> None:
         self.total += nbytes
@@ -171,12 +205,13 @@ class MemTracker(TorchDispatchMode):
     def transient(self, nbytes: int) -> None:
         """Count ``nbytes`` allocated and freed again at once: scratch a kernel takes inside
         one op (allocated after the op's outputs, freed before it returns)."""
-        nbytes = self.rounding(nbytes)
+        requested, nbytes = nbytes, self.rounding(nbytes)
         if nbytes <= 0:
             return
         self.serials += 1
         key = -self.serials  # never a storage address
         self.live[key] = (self.serials, nbytes, self.phase)
+        self._alloc_event(self.serials, requested)
         self._grow(nbytes)
         self._free(key)
 
@@ -188,6 +223,7 @@ class MemTracker(TorchDispatchMode):
         entry = self.live.pop(key, None)
         if entry is not None:
             self.total -= entry[1]
+            self._event((0, entry[0], self.step, self._phase_index.get(self.phase, 0)))
 
     def to_host(self, tensors) -> None:
         """Count these tensors' storages as host memory from now on (DeepSpeed offload keeps
@@ -204,6 +240,7 @@ class MemTracker(TorchDispatchMode):
             self._snapshot_if_peak()
             del self.live[key]
             self.total -= entry[1]
+            self._event((0, entry[0], self.step, self._phase_index.get(self.phase, 0)))  # off the device
             self.host[key] = entry
             self.host_total += entry[1]
             self.host_peak = max(self.host_peak, self.host_total)
@@ -219,15 +256,21 @@ class MemTracker(TorchDispatchMode):
         self.phase_peak = dict.fromkeys(PHASES, 0)
         self.phase_live, self._phase_dirty = {}, None
         self.step_peak = self.total
+        self.trace_reset_at = len(self.events)
         return before
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        op = self.ops.get(func)
+        if op is None:
+            op = self.ops[func] = len(self.ops)
+        self._op = op
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self.track(t)
         for hook in self.op_hooks:
             hook(func, args, kwargs, out)
+        self._op = 0
         return out
 
     # -- what things are --------------------------------------------------------------
@@ -249,6 +292,7 @@ class MemTracker(TorchDispatchMode):
 
     def start_step(self) -> None:
         self.step_peak = self.total
+        self.step += 1
 
     # -- the answer -------------------------------------------------------------------
     def breakdown(self) -> dict[str, int]:
@@ -276,6 +320,35 @@ class MemTracker(TorchDispatchMode):
         for serial, nbytes, born in self.host.values():
             out[self._category(serial, born)] += nbytes
         return {k: v for k, v in out.items() if v}
+
+    def trace(self, alloc_conf: str | None = None) -> dict:
+        """The allocation trace as bench/replay.py reads it (columns; categories resolved now)."""
+        cats = {c: i for i, c in enumerate(CATEGORIES)}
+        cols = {k: [] for k in ("kind", "serial", "bytes", "step", "phase", "op", "category")}
+        kind, serial, nbytes, step, phase, op, category = cols.values()
+        cat_of: dict[int, int] = {}
+        for ev in self.events:
+            if ev[0]:
+                _, s, n, st, ph, o = ev
+                c = cat_of[s] = cats[self._category(s, TRACE_PHASES[ph])]
+            else:
+                _, s, st, ph = ev
+                c = cat_of.get(s)
+                if c is None:
+                    continue  # freed without a traced allocation (zero bytes, or past the bound)
+                n, o = 0, 0
+            kind.append(ev[0])
+            serial.append(s)
+            nbytes.append(n)
+            step.append(st)
+            phase.append(ph)
+            op.append(o)
+            category.append(c)
+        names = [str(f) for f, _ in sorted(self.ops.items(), key=lambda kv: kv[1])]
+        return {"format": "ft-membench-trace/1", "columns": cols, "categories": list(CATEGORIES),
+                "phases": list(TRACE_PHASES), "ops": names, "reset_at": self.trace_reset_at,
+                "steps": self.step + 1, "alloc_conf": alloc_conf or "",
+                "max_events": MAX_TRACE_EVENTS, "dropped_events": self.dropped_events}
 
     def _category(self, serial: int, born: str) -> str:
         for cat in ("parameters", "gradients", "optimizer"):

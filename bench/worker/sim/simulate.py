@@ -18,9 +18,13 @@ The record (provenance "simulated"):
   the step's own figures, and ``step_peak_bytes`` is None: no per-step series per rank).
 - ``flops_per_step``: torch.utils.flop_counter's formulas over the first step after warm-up
   (one rank's micro-batches), so checkpointing's recomputation shows.
-- ``verdicts`` {gpu: fits|tight|oom} for every GPU of the study, from one simulation
-  (bench/verdicts.py); ``details.verdict_rule``, ``details.verdict_reserve_bytes``,
-  ``details.verdict_notes``.
+- ``modelled_reserved_peak_bytes``, ``allocator_model``: the step's allocation trace replayed
+  through the CUDA caching-allocator model (bench/worker/alloctrace.py); the trace itself is
+  written beside the record.
+- ``verdicts`` {gpu: fits|tight|oom} for every GPU of the study, from one simulation, by the
+  modelled reserved memory (bench/verdicts.py); ``details.verdict_rule``,
+  ``details.verdict_reserve_bytes``, ``details.verdict_notes``. For ZeRO/FSDP cells the
+  reserved peak per rank is estimated (partitioned peak + the replay's fragmentation).
 - ``details.peers``: DeepSpeed's and accelerate's estimates beside ours (bench/worker/sim/peers.py).
 - ``step_s_median``, ``tokens_per_s``: None; a fake step's time says nothing about a GPU.
 
@@ -28,14 +32,13 @@ Known differences from a real CUDA run, kept small and stated rather than patche
 torch's AdamW keeps its 4-byte ``step`` counters on the host unless capturable/fused (sim
 counts them: at most 512 B per parameter tensor); bitsandbytes' paged optimizers allocate
 their state with cudaMallocManaged, outside torch's allocator (sim counts it as resident
-device memory, which it is until evicted); allocator fragmentation and the CUDA context are
-left to the verdict's reserve; T4 (no bf16 kernels) is flagged in ``details.verdict_notes``.
+device memory, which it is until evicted); the CUDA context is the verdict's reserve; T4 (no bf16 kernels) is flagged in ``details.verdict_notes``.
 Cells sim cannot run are skipped records, decided when the matrix loads (bench/techniques.py).
 """
 from __future__ import annotations
 
 from bench.worker.sim import fakestep, peers, sharding
-from bench.worker import train
+from bench.worker import alloctrace, train
 from bench import verdicts
 
 CUDA_MODEL = ("CUDA caching-allocator rounding (512-byte blocks), CUDA attention kernels "
@@ -80,9 +83,19 @@ def run(spec: dict, cuda_model: bool = True) -> dict:
         details.update(zero_partitioning=f"{sharding.LABEL}: {dist} at world size {n}",
                        zero_peak_phase=part["peak_phase"])
     profiles = spec["verdict_gpus"]
-    out["verdicts"] = verdicts.verdicts(out["peak_bytes"], profiles)
-    details.update(verdict_rule=verdicts.RULE, verdict_reserve_bytes=verdicts.RESERVE_BYTES,
-                   verdict_notes=verdicts.notes(spec["knobs"], profiles))
+    details.update(verdict_reserve_bytes=verdicts.RESERVE_BYTES, verdict_notes=verdicts.notes(spec["knobs"], profiles))
+    if spec["knobs"]["dist"]:  # the trace is the single process's step: no per-rank replay
+        model = alloctrace.attach(out, tracker, spec, {})
+        reserved = out["peak_bytes"] + model["fragmentation_at_peak_bytes"]
+        out["modelled_reserved_peak_bytes"] = reserved
+        model["per_rank_estimate"] = ("modelled_reserved_peak_bytes = partitioned peak + this single-process "
+                                      "replay's fragmentation at its peak; the figures here are the single process's")
+        out["verdicts"] = verdicts.from_estimate(reserved, out["peak_bytes"], profiles)
+        details["verdict_rule"] = verdicts.ESTIMATE_RULE
+    else:
+        model = alloctrace.attach(out, tracker, spec, profiles)
+        out["verdicts"] = verdicts.from_replay(model, profiles)
+        details["verdict_rule"] = verdicts.RULE
     peak_phase = max(out["phase_peak_bytes"], key=out["phase_peak_bytes"].get)
     ours = peers.ours_summary(spec, states, out["breakdown_bytes"], peak_phase, out["params_total"],
                               out["params_trainable"])
