@@ -140,10 +140,10 @@ CATALOG: dict[str, Technique] = dict([
        "the full set of gradients never exists",
        saves="gradients", expected="almost all gradient memory", difficulty="medium",
        overhead="none; no gradient accumulation or clipping"),
-    _t("compile", {"compile": True}, "torch.compile of each decoder layer (inductor)",
+    _t("compile", {"compile": True},
+       "torch.compile of each decoder layer (inductor; sim runs the same graphs and partitioner eagerly)",
        saves="activations, temporaries", expected="fused kernels keep fewer intermediates",
-       difficulty="low", overhead="compile time; faster steps", modes=frozenset({"cpu", "cuda"}),
-       mode_note="inductor's generated kernels read and write real memory, which fake tensors do not have"),
+       difficulty="low", overhead="compile time; faster steps"),
     # attention kernels
     _t("sdpa", {"attn": "sdpa"}, "torch scaled_dot_product_attention"),
     _t("eager", {"attn": "eager"}, "eager (materialised) attention",

@@ -12,7 +12,11 @@ backward, and torch.compile of the decoder layers.
   frees it. ``step`` and ``zero_grad`` do nothing; ``state`` and ``param_groups`` span all the
   per-parameter optimizers, so the record reads the state as for any optimizer.
 - ``compile_layers(model)``: ``torch.compile`` of each decoder layer, as torchtune's
-  ``compile_model``. The tracker sees compiled code because it declares itself outside
+  ``compile_model``. Inductor on cpu and cuda. Sim mode (fake tensors: inductor's kernels
+  would read real memory) swaps ``COMPILE_BACKEND`` for ``aot_eager_decomp_partition``: the
+  same dynamo graphs, decompositions and min-cut partitioner inductor uses, so backward saves
+  the same tensors; the graphs then run op by op, so the transients inductor fuses away
+  inside a kernel are counted (an upper bound on those). The tracker sees compiled code because it declares itself outside
   compile internals (memtrack ``ignore_compile_internals``) and inductor's CPU buffers are
   allocated through ``torch.empty_strided`` (``route_inductor_allocations``), which the
   dispatch mode sees, instead of a C++ entry point that bypasses it.
@@ -96,10 +100,13 @@ def route_inductor_allocations() -> None:
         guards._bench_routed = True
 
 
+COMPILE_BACKEND = "inductor"
+
+
 def compile_layers(model) -> int:
     """torch.compile each decoder layer in place; returns how many were compiled."""
     route_inductor_allocations()
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     for layer in base.model.layers:
-        layer.compile()
+        layer.compile(backend=COMPILE_BACKEND)
     return len(base.model.layers)

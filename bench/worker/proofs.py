@@ -77,9 +77,9 @@ def dtype_facts(session, params) -> dict:
     from bench.worker import dist
     grads = set(session.grad_dtypes) | set(getattr(session.optimizer, "grad_dtypes", ()))
     master = dist.zero_buffers(session.optimizer, "optimizer")
-    quantized = [p for p in params if type(p).__name__ == "Params4bit"]
+    quantized = [p for p in params if getattr(p, "quant_state", None) is not None]
     return {
-        "weights": sorted({_name(p.dtype) for p in params if type(p).__name__ != "Params4bit"}),
+        "weights": sorted({_name(p.dtype) for p in params if getattr(p, "quant_state", None) is None}),
         "quantized_weights": sorted({f"nf4 in {_name(p.dtype)}" for p in quantized}),
         "trainable_weights": sorted({_name(p.dtype) for p in params if p.requires_grad}),
         "gradients": sorted(_name(d) for d in grads),

@@ -24,6 +24,8 @@ nothing is allocated. What it has to add, each for a stated reason:
 - With ``cuda_model`` on: the CUDA allocator's rounding, CUDA's attention kernels and kernel
   workspaces (bench/cuda_alloc.py, bench/cuda_kernels.py). Off, the step counts exactly what
   a real cpu run counts (tests/test_sim_fidelity.py).
+- ``compile``: the decoder layers compiled with ``aot_eager_decomp_partition`` instead of
+  inductor (bench/worker/placement.py says what that models).
 - FLOPs: torch.utils.flop_counter's formulas, counted by the tracker over the first step after
   warm-up (``count_flops``).
 """
@@ -37,7 +39,7 @@ from transformers import masking_utils
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.flop_counter import flop_registry
 
-from bench.worker import cuda_alloc, models
+from bench.worker import cuda_alloc, models, placement
 from bench.worker.sim import cuda_kernels
 from bench.worker.memtrack import MemTracker
 from bench.techniques import BNB_OPTIMIZERS
@@ -96,6 +98,8 @@ class FakeRun:
             s.enter_context(swapped(bnbf, "create_dynamic_map", real(bnbf.create_dynamic_map)))
         if self.cuda_model:
             s.enter_context(swapped(torch.nn.functional, "scaled_dot_product_attention", cuda_kernels.cuda_sdpa))
+        if self.knobs["compile"]:  # inductor's kernels need real memory: its partitioner, run eagerly
+            s.enter_context(swapped(placement, "COMPILE_BACKEND", "aot_eager_decomp_partition"))
         return self
 
     def __exit__(self, *exc):

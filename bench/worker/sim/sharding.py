@@ -25,9 +25,20 @@ Applied at each phase's peak (forward, backward, optimizer step), then the large
   next (prefetched) unit (embedding, each decoder layer, final norm + output head), and in
   backward one unit's full gradient before its reduce-scatter.
 
+DeepSpeed's bf16 path (``zero*`` with ``bf16``; ``deepspeed_bf16``): the single-process step
+runs pure bf16 (bf16 weights, gradients and torch AdamW moments). DeepSpeed keeps the weights
+and gradients in bf16 but gives the optimizer an fp32 master copy of every trainable weight
+(its ``single_partition_of_fp32_groups`` / ``fp32_partitioned_groups_flat``), so the moments
+are fp32 too: 2Ψ + 2Ψ + 12Ψ for Adam, the paper's mixed-precision case, before partitioning.
+Added to the step's categories wherever the optimizer state is alive: the master weights (4
+bytes per trainable weight) and the moments' upcast (each bf16 state tensor counted again);
+at the optimizer step the fp32 copy of the gradient partition that becomes the master
+weights' ``.grad`` (4 bytes per trainable weight, a gradient) and the foreach temporaries in
+fp32 (the bf16 ones again). 8-bit
+optimizer states stay uint8. Partitioning then divides them as any optimizer state.
+
 Not modelled: communication buckets (DeepSpeed's reduce/all-gather buckets, NCCL buffers),
-fragmentation of flat buffers, DeepSpeed's bf16 optimizer (it adds an fp32 master copy that
-the single-process step does not have; sim skips zero* + bf16 for that reason).
+fragmentation of flat buffers and their alignment padding.
 """
 from __future__ import annotations
 
@@ -91,6 +102,21 @@ def _scaled(phase: str, cats: dict, dist: str, n: int, units) -> dict:
         out["parameters"] += max(pairs)
         if phase == "backward":
             out["gradients"] += max(g for _, g in units)
+    return out
+
+
+def deepspeed_bf16(phase_breakdown: dict, master_bytes: int, bf16_state_bytes: int) -> dict:
+    """The single-process pure-bf16 step's phases as DeepSpeed's bf16 optimizer holds them
+    (module docstring): fp32 master weights and moments, and the fp32 step's temporaries."""
+    out = {}
+    for phase, cats in phase_breakdown.items():
+        cats = dict(cats)
+        if cats.get("optimizer", 0) > 0:
+            cats["optimizer"] += master_bytes + bf16_state_bytes
+        if phase == "optimizer":  # the master weights' fp32 .grad, and foreach temporaries in fp32
+            cats["gradients"] += master_bytes
+            cats["temporaries"] = 2 * cats["temporaries"]
+        out[phase] = cats
     return out
 
 
