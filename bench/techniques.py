@@ -23,7 +23,7 @@ DEFAULT_KNOBS = {
     "accum": 1,                 # micro-batches per optimizer step
     "batch_size": None,         # override of the study's batch size
     "seq_len": None,            # override of the study's sequence length
-    "optimizer": "adamw",       # adamw | adamw8bit | paged-adamw8bit | adafactor | lion8bit | sgd
+    "optimizer": "adamw",       # adamw | adamw-fused | adamw8bit | paged-adamw8bit | adafactor | lion8bit | sgd
     "adapter": None,            # None | lora | qlora
     "attn": "sdpa",             # sdpa | eager | fa2
     "dist": None,               # None | zero1 | zero2 | zero3 | zero2-offload | zero3-offload | fsdp
@@ -79,6 +79,9 @@ CATALOG: dict[str, Technique] = dict([
        difficulty="low", overhead="~20-30% slower (one extra forward)"),
     # optimizers
     _t("adamw", {"optimizer": "adamw"}, "torch AdamW (two fp32 states per parameter)"),
+    _t("adamw-fused", {"optimizer": "adamw-fused"},
+       "torch AdamW with fused=True (one kernel per parameter group, as torchtune's configs set it)",
+       saves="temporaries", expected="no multi-tensor temporaries in the step", overhead="faster"),
     _t("adamw8bit", {"optimizer": "adamw8bit"}, "bitsandbytes 8-bit AdamW (uint8 states)",
        saves="optimizer", expected="~75% of optimizer state", overhead="negligible"),
     _t("paged-adamw8bit", {"optimizer": "paged-adamw8bit"},

@@ -56,21 +56,22 @@ def simulate_step(spec: dict, cuda_model: bool = True):
     return out, tracker, fake
 
 
-def _deepspeed_bf16(session, phases: dict, rounding, details: dict) -> dict:
-    """DeepSpeed's bf16 optimizer over the simulated pure-bf16 step (bench/worker/sim/sharding.py):
-    the fp32 master weights and moments it adds, in the record's phases and dtypes."""
+def _deepspeed_master(session, knobs: dict, phases: dict, rounding, details: dict) -> dict:
+    """DeepSpeed's ZeRO optimizer over the simulated single-process step (bench/worker/sim/
+    sharding.py): the fp32 master weights (and bf16's fp32 moments) it adds, in the record's
+    phases and dtypes."""
     import torch
     from bench.worker import optimizers
     trainable = sum(p.numel() for p in session.model.parameters() if p.requires_grad)
     master = rounding(4 * trainable)
     state = sum(rounding(t.untyped_storage().nbytes()) for t in optimizers.state_tensors(session.optimizer)
                 if t.dtype == torch.bfloat16 and t.dim() > 0 and not t.requires_grad)
-    details["deepspeed_bf16"] = {"master_weight_bytes": master, "moment_upcast_bytes": state,
-                                 "how": "analytic: DeepSpeed bf16 optimizer's fp32 master weights and moments"}
+    details["deepspeed_master"] = {"master_weight_bytes": master, "moment_upcast_bytes": state,
+                                   "how": "analytic: DeepSpeed ZeRO optimizer's fp32 master weights and their gradient"}
     dtypes = details.get("dtypes", {})
     dtypes["master_weights"] = ["float32"]
     dtypes["optimizer_state"] = sorted({"float32" if d == "bfloat16" else d for d in dtypes.get("optimizer_state", [])})
-    return sharding.deepspeed_bf16(phases, master, state)
+    return sharding.deepspeed_master(phases, knobs["dist"], master, state, knobs["precision"] == "bf16")
 
 
 def run(spec: dict, cuda_model: bool = True) -> dict:
@@ -85,9 +86,8 @@ def run(spec: dict, cuda_model: bool = True) -> dict:
     details.update(simulated=CUDA_MODEL if cuda_model else "cpu kernels, exact bytes",
                    phase_breakdown_bytes=phases)
     details.pop("timed_s", None)  # fake time
-    if spec["knobs"]["dist"] in sharding.PARTITIONED and spec["knobs"]["precision"] == "bf16" \
-            and spec["knobs"]["dist"] != "fsdp":
-        phases = _deepspeed_bf16(fake.session, phases, tracker.rounding, details)
+    if (spec["knobs"]["dist"] or "").startswith("zero"):
+        phases = _deepspeed_master(fake.session, spec["knobs"], phases, tracker.rounding, details)
     if spec["knobs"]["dist"]:
         n, dist = spec["world_size"], spec["knobs"]["dist"]
         details["unpartitioned"] = {k: out[k] for k in ("peak_bytes", "breakdown_bytes", "phase_peak_bytes",
