@@ -4,8 +4,11 @@ backward, and torch.compile of the decoder layers.
 - ``offload_saved(session)``: torch's ``save_on_cpu`` mechanism (saved_tensors_hooks): every
   tensor autograd saves in forward is copied to host memory and brought back in backward.
   As torchtune's ``OffloadActivations`` does, parameters (and views of them) stay where they
-  are. The host copies are counted as host memory (``tracker.to_host``); on a CPU run device
-  and host are the same RAM, so the copy is what moves. Under checkpointing the saved
+  are. Only the decoder body offloads: torchtune keeps the output projection's saved tensors
+  on the device (its ``NoOpManager``) and computes the loss outside its offloading context,
+  since backward needs them first; here the hooks pass through outside the decoder's
+  forward. The host copies are counted as host memory (``tracker.to_host``); on a CPU run
+  device and host are the same RAM, so the copy is what moves. Under checkpointing the saved
   tensors are the checkpoints (each layer's input): offloaded checkpoints.
 - ``InBackward``: torchtune's optimizer-in-backward: one optimizer per parameter, stepped by
   ``register_post_accumulate_grad_hook`` as soon as that gradient is complete, which then
@@ -31,9 +34,13 @@ class offload_saved(torch.autograd.graph.saved_tensors_hooks):
         keys = {p.untyped_storage()._cdata for p in model.parameters()}
         pin = torch.device(device).type == "cuda"
         self.offloaded = 0  # bytes copied to the host by the last forward (the record's proof)
+        self.active = False  # inside the decoder body's forward
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        base.model.register_forward_pre_hook(lambda *_: setattr(self, "active", True))
+        base.model.register_forward_hook(lambda *_: setattr(self, "active", False))
 
         def pack(t):
-            if t.untyped_storage()._cdata in keys or t.device.type == "meta":
+            if not self.active or t.untyped_storage()._cdata in keys or t.device.type == "meta":
                 return (False, t)
             host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout, pin_memory=pin, device="cpu")
             host.copy_(t)
