@@ -28,6 +28,7 @@ STEP_COUNTERS = 4 * (9 * 4 + 3)  # tiny-llama's weight tensors, one 4-byte step 
 def pairs(tmp_path_factory):
     import bitsandbytes  # noqa: F401
     import peft  # noqa: F401
+
     from bench.worker.sim import simulate
     from tests.helpers import write_matrix
     folder = tmp_path_factory.mktemp("ds")

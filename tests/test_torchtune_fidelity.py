@@ -37,6 +37,7 @@ def rows():
     """{techniques: (published, simulated record fields)} for every cell of the study."""
     import bitsandbytes  # noqa: F401  (module constants real, before the fake mode)
     import peft  # noqa: F401
+
     from bench.worker.sim import simulate
     cells = [s for s in matrix.load().values() if s["study"] == STUDY and s.get("published")]
     assert len(cells) == 10

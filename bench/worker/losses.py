@@ -35,11 +35,13 @@ def install(model, kind: str, device) -> None:
         return
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     if kind == "liger" and torch.device(device).type == "cuda":
-        from liger_kernel.transformers.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyLoss
+        from liger_kernel.transformers.fused_linear_cross_entropy import (
+            LigerFusedLinearCrossEntropyLoss,
+        )
         loss_fn = LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE)
-        head = lambda h, lm_head, y: loss_fn(lm_head.weight, h, y)  # noqa: E731
+        head = lambda h, lm_head, y: loss_fn(lm_head.weight, h, y)
     elif kind == "liger":
-        head = lambda h, lm_head, y: _FusedLinearCE.apply(h, lm_head.weight, y)  # noqa: E731
+        head = lambda h, lm_head, y: _FusedLinearCE.apply(h, lm_head.weight, y)
     else:
         head = chunked_head_loss
     base.forward = types.MethodType(_forward_with(head), base)

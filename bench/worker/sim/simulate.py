@@ -61,6 +61,7 @@ def _deepspeed_master(session, knobs: dict, phases: dict, rounding, details: dic
     sharding.py): the fp32 master weights (and bf16's fp32 moments) it adds, in the record's
     phases and dtypes."""
     import torch
+
     from bench.worker import optimizers
     trainable = sum(p.numel() for p in session.model.parameters() if p.requires_grad)
     master = rounding(4 * trainable)
