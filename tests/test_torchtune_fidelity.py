@@ -25,7 +25,8 @@ UNMATCHED = {
                     "peak; our padded rows draw a seeded synthetic length distribution",
     "lora+bf16+adamw-fused+packing+compile+chunked-ce+gc+act-offload":
         "the table does not say which flags the LoRA row keeps (simulated with the full rows' flags that a LoRA "
-        "recipe supports, torchtune's 3B_lora config: rank 64, q/v/output projections and the MLP)",
+        "recipe supports, torchtune's 3B_lora config: rank 64, q/v/output projections and the MLP); peft keeps "
+        "the adapters, their gradients and AdamW state in fp32 where torchtune's are bf16",
     "qlora+bf16+packing+compile+chunked-ce+gc+act-offload":
         "the table does not say which flags the QLoRA row keeps; torchtune quantizes with torchao's NF4 (bitsandbytes "
         "here) and steps AdamW (qlora takes bitsandbytes' paged 8-bit AdamW: adapter states, a few MiB)",
