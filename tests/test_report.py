@@ -324,3 +324,19 @@ def test_build_with_nothing_readable(tmp_path):
     assert "Results that could not be read" in html and 'id="mode-' not in html
     empty = build.render(table.to_frame([]), commit="abc1234", built_at="now")
     assert "0 cells" in empty
+
+
+def test_published_figures_stand_beside_the_simulated_peak(tmp_path):
+    """A sim record with details.published gets a row: published (measured) vs ours (simulated),
+    the signed error and the source's tokens/s; records without one add no row."""
+    sp = spec("llama-3.2-3b", "sim", ["bf16", "packing"], mode="sim")
+    pub = {"row": "+ packed", "peak_gib": 60.0, "tokens_per_s": 7075, "measure": "active",
+           "source": "pytorch/torchtune README", "signed_error": -0.035}
+    recs = [ok(spec("llama-3.2-3b", "sim", ["baseline"], mode="sim"), BASE),
+            ok(sp, {"parameters": 6, "optimizer": 12, "activations": 39.9}) | {"details": {"published": pub}}]
+    section = sections.published_section(table.to_frame(recs), "sim")
+    assert [r["row"] for r in section["rows"]] == ["+ packed"]
+    row = section["rows"][0]
+    assert (row["published"], row["ours"], row["error"], row["tokens"]) == ("60.0", "57.90", "-3.5%", "7075")
+    assert "measured" in build.render(table.to_frame(recs)).split("Published figures beside ours")[1][:2000]
+    assert sections.published_section(table.to_frame(recs[:1]), "sim") is None
