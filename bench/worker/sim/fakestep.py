@@ -98,7 +98,7 @@ class FakeRun:
             s.enter_context(swapped(bnbf, "create_dynamic_map", real(bnbf.create_dynamic_map)))
         if self.cuda_model:
             s.enter_context(swapped(torch.nn.functional, "scaled_dot_product_attention", cuda_kernels.cuda_sdpa))
-        if self.knobs["compile"]:  # inductor's kernels need real memory: its partitioner, run eagerly
+        if self.knobs.get("compile"):  # inductor's kernels need real memory: its partitioner, run eagerly
             s.enter_context(swapped(placement, "COMPILE_BACKEND", "aot_eager_decomp_partition"))
         return self
 
