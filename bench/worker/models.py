@@ -148,6 +148,10 @@ def build(spec: dict, device, qlora_base=None) -> torch.nn.Module:
         model._bench_load_facts = {"loaded_from": "random-init"}
     if knobs["adapter"] in ("lora", "qlora"):
         model = add_lora(model, spec["options"].get("lora", {}), knobs)
+    if knobs.get("cast_module") == "bf16":  # sim's stand-in for DeepSpeed's bf16 engine: its weights
+        for p in model.parameters():      # in bf16, buffers (rotary tables) left as they are, as measured
+            if p.dtype.is_floating_point:
+                p.data = p.data.to(torch.bfloat16)
     if knobs["gc"]:
         enable_checkpointing(model)
     model.train()

@@ -45,6 +45,8 @@ CUDA_MODEL = ("CUDA caching-allocator rounding (512-byte blocks), CUDA attention
 def single_process(spec: dict) -> dict:
     """The spec of the step sim runs: the cell without its sharding engine (one process)."""
     knobs = dict(spec["knobs"], dist=None, world_size=1)
+    if (spec["knobs"]["dist"] or "").startswith("zero") and knobs["precision"] == "bf16":
+        knobs["cast_module"] = "bf16"  # DeepSpeed's bf16 engine casts the whole module (peft's fp32 adapters too)
     return dict(spec, knobs=knobs, world_size=1, ds_config=None)
 
 
@@ -67,12 +69,13 @@ def _deepspeed_master(session, knobs: dict, phases: dict, rounding, details: dic
     master = rounding(4 * trainable)
     state = sum(rounding(t.untyped_storage().nbytes()) for t in optimizers.state_tensors(session.optimizer)
                 if t.dtype == torch.bfloat16 and t.dim() > 0 and not t.requires_grad)
+    bf16 = knobs["precision"] == "bf16"
     details["deepspeed_master"] = {"master_weight_bytes": master, "moment_upcast_bytes": state,
                                    "how": "analytic: DeepSpeed ZeRO optimizer's fp32 master weights and their gradient"}
     dtypes = details.get("dtypes", {})
     dtypes["master_weights"] = ["float32"]
     dtypes["optimizer_state"] = sorted({"float32" if d == "bfloat16" else d for d in dtypes.get("optimizer_state", [])})
-    return sharding.deepspeed_master(phases, knobs["dist"], master, state, knobs["precision"] == "bf16")
+    return sharding.deepspeed_master(phases, knobs["dist"], master, state, bf16)
 
 
 def run(spec: dict, cuda_model: bool = True) -> dict:
