@@ -71,6 +71,14 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("cell_spec", list(cells.values()), ids=list(cells))
 
 
+def pytest_collection_modifyitems(items):
+    """A cell's study is a keyword too: ``pytest bench -k torchtune`` runs the sim-torchtune-3b study."""
+    for item in items:
+        spec = getattr(getattr(item, "callspec", None), "params", {}).get("cell_spec")
+        if spec:
+            item.extra_keyword_matches.add(spec["study"])
+
+
 @pytest.fixture
 def worker_log(request, cell_spec):
     return os.path.join(request.config.getoption("worker_logs"), f"{cell_spec['cell']}.worker.log")

@@ -189,7 +189,9 @@ def _expand(path, doc, study, body, models_dir, gpus, digests):
     shape.setdefault("timeout_s", 900)
     shape.setdefault("seed", 0)
     ctx = {"path": path, "where": where, "mode": mode, "shape": shape, "gpus": gpus, "study_gpus": body["gpus"],
-           "models_dir": models_dir, "options": doc.get("technique_options", {}),
+           "models_dir": models_dir, "published": body.get("published", {}),
+           "options": {k: {**doc.get("technique_options", {}).get(k, {}), **v}
+                       for k, v in {"lora": {}, **body.get("technique_options", {})}.items()},
            "ds_dir": (path.parent / doc.get("deepspeed_dir", "deepspeed")).resolve(), "digests": digests}
     for i, model in enumerate(body["models"]):
         if not (models_dir / f"{model}.json").is_file():
@@ -265,6 +267,7 @@ def _spec(ctx: dict, study: str, model: str, gpu: str, names: list[str], knobs: 
         "verdict_gpus": {g: ctx["gpus"][g] for g in ctx["study_gpus"]} if mode == "sim" else {},
         "skip_reason": tech.skip_reason(names, knobs, mode),
         "inputs_sha256": inputs,
+        **({"published": ctx["published"]["+".join(names)]} if "+".join(names) in ctx["published"] else {}),
     }
 
 

@@ -25,7 +25,7 @@ DEFAULT_KNOBS = {
     "accum": 1,                 # micro-batches per optimizer step
     "batch_size": None,         # override of the study's batch size
     "seq_len": None,            # override of the study's sequence length
-    "optimizer": "adamw",       # adamw | adamw8bit | paged-adamw8bit | adafactor | lion8bit | sgd
+    "optimizer": "adamw",       # adamw | adamw-fused | adamw8bit | paged-adamw8bit | adafactor | lion8bit | sgd
     "adapter": None,            # None | lora | qlora
     "attn": "sdpa",             # sdpa | eager | fa2
     "dist": None,               # None | zero1 | zero2 | zero3 | zero2-offload | zero3-offload | fsdp
@@ -33,6 +33,13 @@ DEFAULT_KNOBS = {
     "batching": "fixed",        # fixed | padding | padding-growing | packing
     "alloc_conf": None,         # PYTORCH_CUDA_ALLOC_CONF value
     "load": "random-init",      # random-init | checkpoint | checkpoint-low-cpu-mem-usage
+    "loss": "full",             # full (transformers' CE over all fp32 logits) | chunked | liger
+    "act_offload": False,       # saved activations to host memory during forward
+    "opt_in_bwd": False,        # optimizer step per parameter inside backward
+    "compile": False,           # torch.compile of the model
+    "dora": False,              # peft DoRA (weight-decomposed LoRA)
+    "lora_targets": "options",  # options (technique_options.lora.target_modules) | all-linear
+    "kbit_extras": "bf16",      # QLoRA's non-quantized weights: bf16 (torchtune, Unsloth, LLaMA-Factory) | fp32 (peft)
 }
 
 
@@ -78,6 +85,9 @@ CATALOG: dict[str, Technique] = dict([
        difficulty="low", overhead="~20-30% slower (one extra forward)"),
     # optimizers
     _t("adamw", {"optimizer": "adamw"}, "torch AdamW (two fp32 states per parameter)"),
+    _t("adamw-fused", {"optimizer": "adamw-fused"},
+       "torch AdamW with fused=True (one kernel per parameter group, as torchtune's configs set it)",
+       saves="temporaries", expected="no multi-tensor temporaries in the step", overhead="faster"),
     _t("adamw8bit", {"optimizer": "adamw8bit"}, "bitsandbytes 8-bit AdamW (uint8 states)",
        saves="optimizer", expected="~75% of optimizer state", overhead="negligible"),
     _t("paged-adamw8bit", {"optimizer": "paged-adamw8bit"},
@@ -101,9 +111,48 @@ CATALOG: dict[str, Technique] = dict([
        saves="gradients, optimizer", expected="very large (>90% of gradients and optimizer)",
        difficulty="medium", overhead="small; quality may differ from full fine-tune"),
     _t("qlora", {"adapter": "qlora", "optimizer": "paged-adamw8bit"},
-       "NF4 base weights (double quantization, bf16 compute; fp16 under amp-fp16) + LoRA + paged 8-bit AdamW",
+       "NF4 base weights (double quantization, bf16 compute; fp16 under amp-fp16) + LoRA + paged 8-bit AdamW; "
+       "embeddings, norms and LM head kept bf16 (torchtune, Unsloth, LLaMA-Factory)",
        saves="parameters, gradients, optimizer", expected="~75% of weights on top of LoRA",
        difficulty="medium", overhead="dequantization: slower steps"),
+    _t("qlora-fp32", {"adapter": "qlora", "optimizer": "paged-adamw8bit", "kbit_extras": "fp32"},
+       "qlora as in the original recipe: peft's prepare_model_for_kbit_training upcasts embeddings, norms "
+       "and LM head to fp32",
+       saves="parameters, gradients, optimizer", expected="~75% of weights on top of LoRA",
+       difficulty="medium", overhead="dequantization: slower steps"),
+    _t("dora", {"dora": True}, "peft DoRA (use_dora=True) on the adapter's layers: magnitude vector + LoRA",
+       saves="gradients, optimizer", expected="like LoRA, a little more activation memory",
+       difficulty="medium", overhead="slower than LoRA (weight norm per step)"),
+    _t("lora-all", {"lora_targets": "all-linear"},
+       "LoRA on every linear layer (attention and MLP; peft's all-linear, the LM head excluded)",
+       saves="gradients, optimizer", expected="more adapter memory, and backward keeps every linear's input",
+       difficulty="low", overhead="more adapter compute"),
+    # loss
+    _t("chunked-ce", {"loss": "chunked"},
+       "cross-entropy over 8 chunks of the sequence (torchtune's chunked output loss): LM head and CE per "
+       "chunk, fp32 logits one chunk at a time, softmax recomputed in backward",
+       saves="activations, temporaries", expected="most of the fp32 logits (GiBs at a 128k vocabulary)",
+       overhead="none to small"),
+    _t("liger-ce", {"loss": "liger"},
+       "Liger Kernel's fused linear cross-entropy: LM head + CE + their gradients chunk by chunk in forward",
+       saves="activations, temporaries", expected="the logits and their gradient never materialise",
+       difficulty="low", overhead="faster or equal", modes=frozenset({"cuda", "sim"}),
+       mode_note="Liger's fused linear cross-entropy is a Triton kernel: it runs on CUDA only"),
+    # activation placement, optimizer placement, compilation
+    _t("act-offload", {"act_offload": True},
+       "saved activations copied to host memory in forward, back in backward (torch's save_on_cpu; "
+       "with gc, the offloaded tensors are the checkpoints)",
+       saves="activations", expected="activations leave the GPU",
+       difficulty="low", overhead="PCIe traffic: slower unless overlapped"),
+    _t("opt-in-bwd", {"opt_in_bwd": True},
+       "optimizer step fused into backward, one parameter at a time (register_post_accumulate_grad_hook): "
+       "the full set of gradients never exists",
+       saves="gradients", expected="almost all gradient memory", difficulty="medium",
+       overhead="none; no gradient accumulation or clipping"),
+    _t("compile", {"compile": True},
+       "torch.compile of each decoder layer (inductor; sim runs the same graphs and partitioner eagerly)",
+       saves="activations, temporaries", expected="fused kernels keep fewer intermediates",
+       difficulty="low", overhead="compile time; faster steps"),
     # attention kernels
     _t("sdpa", {"attn": "sdpa"}, "torch scaled_dot_product_attention"),
     _t("eager", {"attn": "eager"}, "eager (materialised) attention",
@@ -236,15 +285,21 @@ RULES = [
     (lambda k, n: k["dist"] in ZERO and k["precision"] == "amp-fp16",
      "DeepSpeed ZeRO has no gradient scaler for autocast fp16 (its own fp16 mode is pure fp16 weights): "
      "use amp-bf16 or bf16"),
+    (lambda k, n: (k["dora"] or k["lora_targets"] != "options") and not k["adapter"],
+     "dora and lora-all change the adapters: combine them with lora or qlora"),
+    (lambda k, n: k["opt_in_bwd"] and k["dist"] in ZERO,
+     "DeepSpeed owns the optimizer step: it cannot run inside backward per parameter"),
+    (lambda k, n: k["opt_in_bwd"] and k["accum"] > 1,
+     "the optimizer in backward steps on every backward: it cannot accumulate gradients (torchtune refuses it too)"),
+    (lambda k, n: k["opt_in_bwd"] and k["precision"] == "amp-fp16",
+     "the fp16 gradient scaler must see every gradient before any step: no optimizer in backward"),
 ]
 
 
 # Combinations that run in some modes but not others, beyond each technique's own ``modes``.
-MODE_RULES = [
-    (lambda k: k["dist"] in ZERO and k["precision"] == "bf16", frozenset({"cpu", "cuda"}),
-     "DeepSpeed's bf16 mode keeps fp32 master weights in its own optimizer, which the "
-     "single-process step that sim partitions does not run"),
-]
+# (Sim models DeepSpeed's bf16 path, fp32 master weights and moments, analytically:
+# bench/worker/sim/sharding.py.)
+MODE_RULES: list = []
 
 
 def skip_reason(names: list[str], knobs: dict, mode: str) -> str:

@@ -43,7 +43,7 @@ MODE_TITLES = {
 }
 MODE_SECTIONS = (sections.notes_section, sections.summary_section, recommend.section, sections.breakdown_section,
                  sections.pareto_section, sections.fits_section, sections.seqlen_section, sections.steps_section,
-                 sections.peers_section, timeline_section)
+                 sections.peers_section, timeline_section, sections.published_section)
 PAGE_SECTIONS = (stages.section, claims.section, sections.unreadable_section)
 
 

@@ -227,6 +227,31 @@ def peers_section(df: pd.DataFrame, mode: str):
                     "its own comparison in details.peers."}
 
 
+def published_section(df: pd.DataFrame, mode: str):
+    """Published figures beside the simulated peak of the same settings (details.published)."""
+    if mode != "sim":
+        return None
+    rows = []
+    for _, r in df[(df["mode"] == mode) & (df["status"] == "ok")].iterrows():
+        pub = details(r).get("published")
+        if not isinstance(pub, dict):
+            continue
+        err = _number(pub.get("signed_error"))
+        tokens = _number(pub.get("tokens_per_s"))
+        rows.append({"model": r["model"], "row": str(pub.get("row", DASH)), "technique": r["technique"],
+                     "published": f"{pub['peak_gib']:.1f}", "ours": fmt_gib(_number(r["peak_bytes"])),
+                     "error": DASH if err is None else f"{err:+.1%}",
+                     "tokens": DASH if tokens is None else f"{tokens:.0f}",
+                     "source": f"{pub.get('source', DASH)} ({pub.get('measure', 'peak')})",
+                     "unmatched": str(pub.get("unmatched", "")), "models": [r["model"]], "gpus": [r["gpu"]]})
+    if not rows:
+        return None
+    return {"kind": "published", "title": "Published figures beside ours", "rows": rows,
+            "note": "A published peak (measured on a GPU by its source, in the measure it names) beside the "
+                    "simulated peak of the same settings; signed error = simulated / published - 1. Rows whose "
+                    "settings cannot be matched say why. Tokens/s is the source's, kept for a speed model."}
+
+
 def unreadable_section(df: pd.DataFrame):
     rows = df[df["mode"] == ""]
     if not len(rows):

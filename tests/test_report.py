@@ -245,3 +245,19 @@ def test_every_column_the_report_reads_is_one_the_table_writes():
     assert read and read <= set(table.COLUMNS), read - set(table.COLUMNS)
     assert table.BREAKDOWN_COLUMNS == tuple(f"{c}_bytes" for c in record.CATEGORIES)
     assert table.PHASE_COLUMNS == tuple(f"{p}_peak_bytes" for p in record.PHASES + record.INFERENCE_PHASES)
+
+
+def test_published_figures_stand_beside_the_simulated_peak(tmp_path):
+    """A sim record with details.published gets a row: published (measured) vs ours (simulated),
+    the signed error and the source's tokens/s; records without one add no row."""
+    sp = spec("llama-3.2-3b", "sim", ["bf16", "packing"], mode="sim")
+    pub = {"row": "+ packed", "peak_gib": 60.0, "tokens_per_s": 7075, "measure": "active",
+           "source": "pytorch/torchtune README", "signed_error": -0.035}
+    recs = [ok(spec("llama-3.2-3b", "sim", ["baseline"], mode="sim"), BASE),
+            ok(sp, {"parameters": 6, "optimizer": 12, "activations": 39.9}) | {"details": {"published": pub}}]
+    section = sections.published_section(table.to_frame(recs), "sim")
+    assert [r["row"] for r in section["rows"]] == ["+ packed"]
+    row = section["rows"][0]
+    assert (row["published"], row["ours"], row["error"], row["tokens"]) == ("60.0", "57.90", "-3.5%", "7075")
+    assert "measured" in build.render(table.to_frame(recs)).split("Published figures beside ours")[1][:2000]
+    assert sections.published_section(table.to_frame(recs[:1]), "sim") is None

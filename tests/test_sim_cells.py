@@ -8,7 +8,7 @@ from bench import launch, matrix, record
 pytestmark = pytest.mark.slow
 GiB = 2**30
 GPUS = ["h100-80gb", "a100-40gb", "rtx-4090", "t4"]
-TECHNIQUES = ["baseline", "amp-fp16", "zero2+bf16+w2"]
+TECHNIQUES = ["baseline", "amp-fp16", "adafactor", "zero2+bf16+w2"]
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,14 @@ def test_model_states_of_the_peers_and_ours_agree_where_they_should(records):
     assert 16 * psi <= d["model_state_bytes"] < 16.01 * psi  # rounding and step counters on top
 
 
-@pytest.mark.parametrize("cell", ["qwen2.5-7b__sim__amp-fp16", "qwen2.5-7b__sim__zero2+bf16+w2"])
+def test_deepspeed_bf16_runs_in_sim_with_fp32_master_weights(records):
+    rec = records["qwen2.5-7b__sim__zero2+bf16+w2"]
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["details"]["dtypes"]["master_weights"] == ["float32"]
+    assert rec["details"]["deepspeed_master"]["master_weight_bytes"] == 4 * rec["params_trainable"]
+
+
+@pytest.mark.parametrize("cell", ["qwen2.5-7b__sim__amp-fp16", "qwen2.5-7b__sim__adafactor"])
 def test_what_sim_cannot_run_is_a_skipped_record(records, cell):
     rec = records[cell]
     assert rec["status"] == "skipped" and rec["reason"]

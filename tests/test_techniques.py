@@ -17,9 +17,12 @@ STUDY = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"]}
 def test_every_technique_sets_knobs_the_defaults_know(name):
     sets = tech.lookup(name).sets
     assert set(sets) <= set(tech.DEFAULT_KNOBS), name
-    if name != "w2":  # a world size alone needs a sharding technique
-        knobs = tech.knobs([name])
-        assert all(knobs[k] == v for k, v in sets.items())
+    # a world size alone needs a sharding technique; adapter variants need an adapter
+    needs = {"w2": None, "dora": "lora", "lora-all": "lora"}
+    if name in needs and needs[name] is None:
+        return
+    knobs = tech.knobs([name] + ([needs[name]] if name in needs else []))
+    assert all(knobs[k] == v for k, v in sets.items())
 
 
 @pytest.mark.parametrize("combo, reason", [
@@ -27,6 +30,11 @@ def test_every_technique_sets_knobs_the_defaults_know(name):
     ("fp32+amp-fp16", "both set precision"),
     ("fa2+eager", "both set attn"),
     ("zero3+fsdp", "both set dist"),
+    ("dora", "combine them with lora or qlora"),
+    ("lora-all+gc", "combine them with lora or qlora"),
+    ("zero2+opt-in-bwd", "DeepSpeed owns the optimizer step"),
+    ("opt-in-bwd+ga2", "cannot accumulate gradients"),
+    ("qlora+adamw-fused", "both set optimizer"),
     ("zero2+zero3-offload", "both set dist"),
     ("lora+qlora", "both set adapter"),
     ("adamw8bit+sgd", "both set optimizer"),
@@ -74,11 +82,19 @@ def test_expandable_segments_run_in_every_mode(mode):
     ("ckpt-load", "sim", "loads no weights"),
     ("amp-fp16", "sim", "gradient scaler"),
     ("adafactor", "sim", ".item()"),
-    ("zero3+bf16", "sim", "fp32 master weights"),
+    ("liger-ce", "cpu", "CUDA only"),
 ])
+
 def test_a_technique_outside_its_modes_is_a_skip_with_the_reason(combo, mode, words):
     names = combo.split("+")
     assert words in tech.skip_reason(names, tech.knobs(names), mode)
+
+
+@pytest.mark.parametrize("combo", ["zero3+bf16+w8", "lora+zero2+bf16+w4", "qlora+zero3+w2", "lora+fsdp+w2",
+                                   "zero2+amp-bf16", "compile", "chunked-ce+act-offload+opt-in-bwd", "liger-ce"])
+def test_what_runs_in_cpu_or_cuda_mode_also_runs_in_sim(combo):
+    names = combo.split("+")
+    assert tech.skip_reason(names, tech.knobs(names), "sim") == ""
 
 
 def test_skips_are_decided_when_the_matrix_loads_and_no_worker_starts(matrix_file, tmp_path):

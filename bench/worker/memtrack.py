@@ -97,6 +97,13 @@ class MemTracker(TorchDispatchMode):
         self._op = 0
         self._phase_index = {p: i for i, p in enumerate(TRACE_PHASES)}
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let torch.compile run under the tracker (dynamo skips frames under any other
+        dispatch mode): compiled code's ops and buffers still pass through here; tracing's
+        own fake tensors do not (bench/worker/placement.py)."""
+        return True
+
     # -- in-place storage resizes -----------------------------------------------------
     def __enter__(self):
         if self._resize_saved is None:

@@ -101,30 +101,49 @@ def from_checkpoint(spec: dict, config, knobs: dict, device, **extra) -> torch.n
     return model
 
 
+def kbit_extras_dtype(knobs: dict) -> torch.dtype:
+    """QLoRA's non-quantized weights (embeddings, norms, LM head): bf16 as torchtune, Unsloth
+    and LLaMA-Factory keep them (``qlora``), or fp32 as peft's ``prepare_model_for_kbit_training``
+    upcasts them in the original QLoRA recipe (``qlora-fp32``)."""
+    return torch.float32 if knobs["kbit_extras"] == "fp32" else torch.bfloat16
+
+
+def finish_kbit(model, knobs: dict):
+    """The base of a QLoRA model after quantization: frozen, its other weights in the
+    ``kbit_extras`` dtype (peft's preparation for fp32, a plain cast for bf16)."""
+    if knobs["kbit_extras"] == "fp32":
+        import peft
+        # checkpointing is enabled by build() like every other cell, non-reentrant
+        return peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    for p in model.parameters():
+        if p.dtype.is_floating_point and p.dtype != torch.bfloat16:
+            p.data = p.data.to(torch.bfloat16)
+    return model.requires_grad_(False)  # get_peft_model adds trainable adapters
+
+
 def load_qlora_base(spec: dict, config, device) -> torch.nn.Module:
     """NF4 base weights with double quantization (bitsandbytes), 16-bit compute: the QLoRA
-    recipe. The other weights (embeddings, norms, head) are upcast to fp32 as peft's
-    ``prepare_model_for_kbit_training`` does, except under pure bf16, which keeps them bf16."""
+    recipe; the other weights as ``kbit_extras_dtype`` says."""
     knobs = spec["knobs"]
     compute = torch.float16 if knobs["precision"] == "amp-fp16" else torch.bfloat16
     qconfig = transformers.BitsAndBytesConfig(
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
         bnb_4bit_compute_dtype=compute)
     load = knobs["load"] if knobs["load"] != "random-init" else "checkpoint"
-    model = from_checkpoint(spec, config, {**knobs, "load": load}, device, quantization_config=qconfig)
-    if knobs["precision"] == "bf16":
-        model.requires_grad_(False)  # get_peft_model adds trainable bf16 adapters
-        return model
-    import peft
-    # checkpointing is enabled by build() like every other cell, non-reentrant
-    return peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    extras = "bf16" if knobs["precision"] == "bf16" else knobs["kbit_extras"]
+    model = from_checkpoint(spec, config, {**knobs, "precision": extras, "load": load}, device,
+                            quantization_config=qconfig)
+    return finish_kbit(model, {**knobs, "kbit_extras": extras})
 
 
-def add_lora(model, options: dict):
+def add_lora(model, options: dict, knobs: dict):
+    """peft LoRA with the study's options; ``lora-all`` targets every linear layer but the LM
+    head (peft's ``all-linear``), ``dora`` adds DoRA's magnitude vectors."""
     import peft
     opts = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], **options}
+    targets = "all-linear" if knobs["lora_targets"] == "all-linear" else opts["target_modules"]
     config = peft.LoraConfig(r=opts["r"], lora_alpha=opts["alpha"], lora_dropout=opts["dropout"],
-                             target_modules=opts["target_modules"], task_type="CAUSAL_LM")
+                             target_modules=targets, use_dora=knobs["dora"], task_type="CAUSAL_LM")
     return peft.get_peft_model(model, config)
 
 
@@ -149,7 +168,11 @@ def build(spec: dict, device, qlora_base=None) -> torch.nn.Module:
         model = random_init(config, knobs, device)
         model._bench_load_facts = {"loaded_from": "random-init"}
     if knobs["adapter"] in ("lora", "qlora"):
-        model = add_lora(model, spec["options"].get("lora", {}))
+        model = add_lora(model, spec["options"].get("lora", {}), knobs)
+    if knobs.get("cast_module") == "bf16":  # sim's stand-in for DeepSpeed's bf16 engine: its weights
+        for p in model.parameters():      # in bf16, buffers (rotary tables) left as they are, as measured
+            if p.dtype.is_floating_point:
+                p.data = p.data.to(torch.bfloat16)
     if knobs["gc"]:
         enable_checkpointing(model)
     model.train()

@@ -14,6 +14,7 @@ def _bnb(name):
 
 OPTIMIZERS = {
     "adamw": lambda ps: torch.optim.AdamW(ps, lr=LR, foreach=True),
+    "adamw-fused": lambda ps: torch.optim.AdamW(ps, lr=LR, fused=True),
     "sgd": lambda ps: torch.optim.SGD(ps, lr=LR, momentum=0.9, foreach=True),
     "adafactor": lambda ps: torch.optim.Adafactor(ps, lr=LR, foreach=True),
     "adamw8bit": lambda ps: _bnb("AdamW8bit")(ps, lr=LR),

@@ -16,6 +16,13 @@ been configured (tests/test_techniques_runs.py does):
 - zero: ZeRO stage, offload, partitioned parameters (bench/worker/zeromem.py); fsdp_sharded_params
 - grad_scaler_scale: the fp16 loss scale in use
 - loaded_from, name_or_path, low_cpu_mem_usage_passed: how the weights got there
+- dtypes: every parameter group's dtype: weights (frozen and trainable), gradients,
+  optimizer state and master weights (DeepSpeed's fp32 partitions; sim adds its modelled ones)
+- loss: the loss path (full | chunked | liger) the model's forward really took
+- activation_offload_bytes: bytes the last forward copied to host memory (act-offload)
+- optimizer_in_backward_steps: per-parameter steps taken inside backward (opt-in-bwd)
+- compiled_layers, compiled_graphs: decoder layers under torch.compile, graphs dynamo built
+- dora_modules: LoRA modules carrying DoRA magnitude vectors
 - cuda_alloc_conf, cuda_expandable_segments (cuda only): the allocator setting the worker
   ran under, and whether the caching allocator's segments really are expandable
 """
@@ -61,7 +68,9 @@ def collect(session) -> dict:
         "micro_batches": session.accum,
         **optimizer_facts(session.optimizer),
         **adapter_facts(model, params),
+        "dtypes": dtype_facts(session, params),
     }
+    out.update(recipe_facts(session, model))
     if session.engine is not None:
         out["zero"] = zeromem.facts(session.engine, model)
     sharded = [p for p in params if type(p).__name__ == "DTensor"]
@@ -72,6 +81,43 @@ def collect(session) -> dict:
     out.update(getattr(model, "_bench_load_facts", {}))
     if session.device.type == "cuda":
         out.update(cuda_allocator_facts())
+    return out
+
+
+def dtype_facts(session, params) -> dict:
+    """The dtype of each parameter group: what the report shows beside the bytes."""
+    from bench.worker import dist
+    grads = set(session.grad_dtypes) | set(getattr(session.optimizer, "grad_dtypes", ()))
+    master = dist.zero_buffers(session.optimizer, "optimizer")
+    quantized = [p for p in params if getattr(p, "quant_state", None) is not None]
+    return {
+        "weights": sorted({_name(p.dtype) for p in params if getattr(p, "quant_state", None) is None}),
+        "quantized_weights": sorted({f"nf4 in {_name(p.dtype)}" for p in quantized}),
+        "trainable_weights": sorted({_name(p.dtype) for p in params if p.requires_grad}),
+        "gradients": sorted(_name(d) for d in grads),
+        "optimizer_state": optimizer_facts(session.optimizer)["optimizer_state_dtypes"],
+        "master_weights": sorted({_name(t.dtype) for t in master if t.dim() > 0}),
+    }
+
+
+def recipe_facts(session, model) -> dict:
+    """The loss path, activation offload, optimizer in backward, compile and DoRA, as acted."""
+    out = {}
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = getattr(base, "module", base)
+    out["loss"] = getattr(base, "_bench_loss", "full")
+    if session.offload is not None:
+        out["activation_offload_bytes"] = session.offload.offloaded
+    if hasattr(session.optimizer, "steps_in_backward"):
+        out["optimizer_in_backward_steps"] = session.optimizer.steps_in_backward
+        out["optimizer_class"] = session.optimizer.inner_class
+    if session.compiled_layers:
+        from torch._dynamo.utils import counters
+        out["compiled_layers"] = session.compiled_layers
+        out["compiled_graphs"] = int(counters["stats"]["unique_graphs"])
+    dora = [m for m in model.modules() if len(getattr(m, "lora_magnitude_vector", {}) or {})]
+    if dora:
+        out["dora_modules"] = len(dora)
     return out
 
 

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from bench.worker import cpuload, data, dist, models, optimizers, proofs, zeromem
+from bench.worker import cpuload, data, dist, losses, models, optimizers, placement, proofs, zeromem
 from bench.worker.progress import say
 
 AUTOCAST = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
@@ -36,12 +36,14 @@ class Session:
         self.accum = knobs["accum"]
         say("building the model")
         self.model = models.build(spec, device, qlora_base=qlora_base)
+        losses.install(self.model, knobs["loss"], device)
+        self.compiled_layers = placement.compile_layers(self.model) if knobs["compile"] else 0
         tracker.mark("parameters", dist.parameter_tensors(self.model))
-        self.optimizer = optimizers.make(knobs["optimizer"], self.model)
+        self.optimizer = self._optimizer(knobs)
         self.engine = None
         if knobs["dist"] == "fsdp":
             self.model = dist.wrap_fsdp(self.model, device)
-            self.optimizer = optimizers.make(knobs["optimizer"], self.model)
+            self.optimizer = self._optimizer(knobs)
         elif knobs["dist"]:
             self.engine, self.optimizer = dist.wrap_deepspeed(
                 spec, self.model, self.optimizer, spec["batch_size"] // self.accum)
@@ -52,9 +54,17 @@ class Session:
                          else contextlib.nullcontext())
         self.scaler = (torch.amp.GradScaler(self.device.type)
                        if knobs["precision"] == "amp-fp16" and not self.engine else None)
+        self.offload = placement.offload_saved(self.model, tracker, device) if knobs["act_offload"] else None
         self.compute_dtype = None
+        self.grad_dtypes: set = set()
         self.forward_retained = 0  # most bytes a forward left alive for its backward (activations)
         self._probe = self._dtype_probe()
+
+    def _optimizer(self, knobs):
+        if knobs["opt_in_bwd"]:
+            return placement.InBackward(optimizers.OPTIMIZERS[knobs["optimizer"]],
+                                        [p for p in self.model.parameters() if p.requires_grad])
+        return optimizers.make(knobs["optimizer"], self.model)
 
     def _dtype_probe(self):
         """Record the dtype the first Linear really computed in (proof a precision switch acted)."""
@@ -72,7 +82,7 @@ class Session:
         call = self.engine or self.model
         before = t.total
         say("forward")
-        with t.in_phase("forward"), self.autocast:
+        with t.in_phase("forward"), self.autocast, self.offload or contextlib.nullcontext():
             loss = call(**micro).loss
         self.forward_retained = max(self.forward_retained, t.total - before)
         if self.spec["knobs"]["dist"] == "fsdp":  # its gathered full weights are parameters, not activations
@@ -89,7 +99,9 @@ class Session:
 
     def optimizer_step(self) -> None:
         t = self.tracker
-        t.mark("gradients", dist.gradient_tensors(self.model, self.optimizer))
+        grads = dist.gradient_tensors(self.model, self.optimizer)
+        self.grad_dtypes |= {g.dtype for g in grads}
+        t.mark("gradients", grads)
         say("optimizer step")
         with t.in_phase("optimizer"):
             if self.engine:

@@ -24,6 +24,8 @@ nothing is allocated. What it has to add, each for a stated reason:
 - With ``cuda_model`` on: the CUDA allocator's rounding, CUDA's attention kernels and kernel
   workspaces (bench/worker/cuda_alloc.py, bench/worker/sim/cuda_kernels.py). Off, the step counts exactly what
   a real cpu run counts (tests/test_sim_fidelity.py).
+- ``compile``: the decoder layers compiled with ``aot_eager_decomp_partition`` instead of
+  inductor (bench/worker/placement.py says what that models).
 - FLOPs: torch.utils.flop_counter's formulas, counted by the tracker over the first step after
   warm-up (``count_flops``).
 """
@@ -37,7 +39,7 @@ from transformers import masking_utils
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.flop_counter import flop_registry
 
-from bench.worker import cuda_alloc, models
+from bench.worker import cuda_alloc, models, placement
 from bench.worker.sim import cuda_kernels
 from bench.worker.memtrack import MemTracker
 from bench.techniques import BNB_OPTIMIZERS
@@ -96,6 +98,8 @@ class FakeRun:
             s.enter_context(swapped(bnbf, "create_dynamic_map", real(bnbf.create_dynamic_map)))
         if self.cuda_model:
             s.enter_context(swapped(torch.nn.functional, "scaled_dot_product_attention", cuda_kernels.cuda_sdpa))
+        if self.knobs.get("compile"):  # inductor's kernels need real memory: its partitioner, run eagerly
+            s.enter_context(swapped(placement, "COMPILE_BACKEND", "aot_eager_decomp_partition"))
         return self
 
     def __exit__(self, *exc):
@@ -183,9 +187,9 @@ def real(fn):
 def qlora_base(spec: dict, config, device) -> torch.nn.Module:
     """bench.worker.models.load_qlora_base without a checkpoint: the random-init model with every Linear
     but the output head replaced by bitsandbytes NF4 ``Linear4bit`` (double quantization,
-    bf16 compute), quantized by bitsandbytes itself, then peft's kbit preparation."""
+    bf16 compute), quantized by bitsandbytes itself, then the same finish as a real load
+    (``models.finish_kbit``: bf16 or peft's fp32 preparation of the other weights)."""
     import bitsandbytes as bnb
-    import peft
     import transformers
     from transformers.integrations.bitsandbytes import replace_with_bnb_linear
     from transformers.quantizers.base import get_keys_to_not_convert
@@ -193,7 +197,10 @@ def qlora_base(spec: dict, config, device) -> torch.nn.Module:
     qconfig = transformers.BitsAndBytesConfig(
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
         bnb_4bit_compute_dtype=torch.bfloat16)
-    model = models.random_init(config, {**spec["knobs"], "precision": "fp32"}, device)
+    knobs = spec["knobs"]
+    extras = "bf16" if knobs["precision"] == "bf16" else knobs["kbit_extras"]
+    # the dtype the real load reads the checkpoint in: the quant state keeps it (dequantization's output)
+    model = models.random_init(config, {**knobs, "precision": extras}, device)
     linears = {name: m for name, m in model.named_modules() if type(m) is torch.nn.Linear}
     with unset_fake_temporarily():  # the new modules start on the meta device, as in transformers
         replace_with_bnb_linear(model, modules_to_not_convert=get_keys_to_not_convert(model),
@@ -212,4 +219,4 @@ def qlora_base(spec: dict, config, device) -> torch.nn.Module:
             if module.bias is not None:
                 module.bias.requires_grad_(False)
     model.is_loaded_in_4bit = True  # what transformers' bnb quantizer sets after loading
-    return peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+    return models.finish_kbit(model, {**knobs, "kbit_extras": extras})

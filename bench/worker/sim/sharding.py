@@ -25,9 +25,25 @@ Applied at each phase's peak (forward, backward, optimizer step), then the large
   next (prefetched) unit (embedding, each decoder layer, final norm + output head), and in
   backward one unit's full gradient before its reduce-scatter.
 
+DeepSpeed's ZeRO optimizer (``zero*``; ``deepspeed_master``): whatever the model's dtype,
+DeepSpeed gives its optimizer an fp32 master copy of every trainable weight
+(``single_partition_of_fp32_groups`` in stages 1-2, ``fp32_partitioned_groups_flat`` in stage
+3, a clone even when the weights are fp32), and the master's ``.grad`` is an fp32 copy of the
+gradient partition. With ``bf16`` weights, gradients and the step's torch AdamW moments stay
+bf16 in the single-process step, while DeepSpeed's moments are fp32 (they live on the fp32
+master): 2Ψ + 2Ψ + 12Ψ for Adam, the paper's mixed-precision case, before partitioning.
+Added to the step's categories wherever the optimizer state is alive: the master weights (4
+bytes per trainable weight, optimizer state) and, under bf16, the moments' upcast (each bf16
+state tensor counted again); at the optimizer step the master's fp32 ``.grad`` (4 bytes per
+trainable weight, a gradient; with optimizer offload it lives on the host with the master)
+and, under bf16, the foreach temporaries in fp32 (the bf16 ones again). 8-bit optimizer
+states stay uint8. Under bf16 DeepSpeed casts the whole module to bf16 (peft's fp32 LoRA
+adapters too), so the simulated step does the same (``simulate.single_process``: knob
+``cast_module``). Partitioning then divides them as any optimizer state. Checked against
+real DeepSpeed runs at world size 1 and 2: tests/test_sim_deepspeed.py.
+
 Not modelled: communication buckets (DeepSpeed's reduce/all-gather buckets, NCCL buffers),
-fragmentation of flat buffers, DeepSpeed's bf16 optimizer (it adds an fp32 master copy that
-the single-process step does not have; sim skips zero* + bf16 for that reason).
+fragmentation of flat buffers and their alignment padding.
 """
 from __future__ import annotations
 
@@ -91,6 +107,25 @@ def _scaled(phase: str, cats: dict, dist: str, n: int, units) -> dict:
         out["parameters"] += max(pairs)
         if phase == "backward":
             out["gradients"] += max(g for _, g in units)
+    return out
+
+
+def deepspeed_master(phase_breakdown: dict, dist: str, master_bytes: int, upcast_bytes: int,
+                     bf16: bool) -> dict:
+    """The single-process step's phases as DeepSpeed's ZeRO optimizer holds them (module
+    docstring): fp32 master weights (and moments under bf16), the master's fp32 gradient and,
+    under bf16, the step's temporaries in fp32."""
+    out = {}
+    grad_home = "optimizer" if "optimizer" in OFFLOADED.get(dist, ()) else "gradients"
+    for phase, cats in phase_breakdown.items():
+        cats = dict(cats)
+        if cats.get("optimizer", 0) > 0:
+            cats["optimizer"] += master_bytes + upcast_bytes
+        if phase == "optimizer":
+            cats[grad_home] += master_bytes
+            if bf16:
+                cats["temporaries"] = 2 * cats["temporaries"]
+        out[phase] = cats
     return out
 
 

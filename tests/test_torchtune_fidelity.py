@@ -1,0 +1,92 @@
+"""Sim against a published table it was never tuned on: torchtune's Llama-3.2-3B memory table
+(README "optimization flags": full fine-tune, batch 2, sequence 4096, one A100, peak active
+memory; each flag added to those above). The study is ``sim-torchtune-3b`` in
+matrix/default.yaml; its cells carry the published row (``details.published``).
+
+Active memory is allocated memory plus blocks not yet freed on their stream: equal to or a
+little above our allocated peak (/work/shared/notes/fidelity.md). Each row's signed error
+(simulated / published - 1) is printed (``pytest -s``); every row whose settings can be
+matched must be within 10%. The others are printed with the reason they cannot be matched
+(``UNMATCHED`` below, and the study's ``published.*.unmatched``).
+
+    python -m pytest -s tests/test_torchtune_fidelity.py
+"""
+import pytest
+
+from bench import matrix
+
+pytestmark = pytest.mark.slow
+STUDY = "sim-torchtune-3b"
+TOLERANCE = 0.10
+
+# Rows whose settings the table leaves unstated or that sim cannot reproduce, and why.
+UNMATCHED = {
+    "bf16+adamw-fused+padding": "the unpacked baseline trains on alpaca's real sample lengths (mostly short); our padded "
+                                "rows draw a seeded synthetic length distribution (ours peaks in the optimizer step, on "
+                                "model states, so the agreement says little about the lengths)",
+    "lora+bf16+adamw-fused+packing+compile+chunked-ce+gc+act-offload":
+        "the table does not say which flags the LoRA row keeps (simulated with the full rows' flags that a LoRA "
+        "recipe supports, torchtune's 3B_lora config: rank 64, q/v/output projections and the MLP); peft keeps "
+        "the adapters, their gradients and AdamW state in fp32 where torchtune's are bf16",
+    "qlora+bf16+packing+compile+chunked-ce+gc+act-offload":
+        "the table does not say which flags the QLoRA row keeps; torchtune quantizes with torchao's NF4 (bitsandbytes "
+        "here) and steps AdamW (qlora takes bitsandbytes' paged 8-bit AdamW: adapter states, a few MiB)",
+}
+
+
+# Rows whose settings match but whose error is outside the tolerance, left open (not tuned away):
+# each is a strict xfail below, so a modelling change that closes it shows.
+OPEN = {
+    "bf16+packing+compile+chunked-ce+gc+opt-in-bwd+act-offload+paged-adamw8bit":
+        "simulated 10.3% below: 8-bit AdamW saves 5.9 GiB here (bf16 moments, 4 B per weight, become 2 uint8 "
+        "states and block maxima, about 2.03 B) where the table drops 4.2 GiB; bitsandbytes' paged states live "
+        "outside torch's allocator, which would lower an active-memory figure, not raise it. Unexplained.",
+}
+
+
+@pytest.fixture(scope="module")
+def rows():
+    """{techniques: (published, simulated record fields)} for every cell of the study."""
+    import bitsandbytes  # noqa: F401  (module constants real, before the fake mode)
+    import peft  # noqa: F401
+
+    from bench.worker.sim import simulate
+    cells = [s for s in matrix.load().values() if s["study"] == STUDY and s.get("published")]
+    assert len(cells) == 10
+    return {"+".join(s["techniques"]): (s["published"], simulate.run(s)) for s in cells}
+
+
+def test_published_rows_within_ten_percent_where_matched(rows):
+    failures = []
+    print()
+    for combo, (pub, out) in rows.items():
+        rec = out["details"]["published"]
+        assert rec["peak_gib"] == pub["peak_gib"] and rec["source"] == pub["source"]
+        assert rec["tokens_per_s"] == pub["tokens_per_s"]  # kept for the speed model
+        err = rec["signed_error"]
+        why = UNMATCHED.get(combo) or OPEN.get(combo)
+        print(f"{pub['row']:34s} published {pub['peak_gib']:5.1f} GiB  simulated {rec['simulated_peak_gib']:5.1f} GiB"
+              f"  error {err:+6.1%}" + (f"  (not held: {why})" if why else ""))
+        if why is None and abs(err) > TOLERANCE:
+            failures.append(f"{pub['row']}: {err:+.1%}")
+    assert not failures, failures
+
+
+@pytest.mark.xfail(strict=True, reason="open: " + " ".join(OPEN.values()))
+@pytest.mark.parametrize("combo", sorted(OPEN))
+def test_open_rows_within_ten_percent(rows, combo):
+    assert abs(rows[combo][1]["details"]["published"]["signed_error"]) <= TOLERANCE
+
+
+def test_every_unmatched_row_says_why_in_its_record_or_here(rows):
+    for combo in UNMATCHED:
+        assert combo in rows
+    assert "unmatched" in rows["bf16+adamw-fused+padding"][0]
+
+
+def test_each_flag_lowers_the_simulated_peak_as_published(rows):
+    """The cumulative full fine-tune rows fall monotonically in the table; so must ours."""
+    full = [c for c in rows if not c.startswith(("lora", "qlora")) and c != "bf16+adamw-fused+padding"]
+    full.sort(key=lambda c: -rows[c][0]["peak_gib"])
+    peaks = [rows[c][1]["peak_bytes"] for c in full]
+    assert peaks == sorted(peaks, reverse=True), list(zip(full, peaks))
