@@ -45,7 +45,8 @@ def dump(trace: dict, path) -> None:
 def replay(trace: dict, conf: str | None = None, capacity: int | None = None, snapshot: bool = False,
            points: int = TIMELINE_POINTS) -> dict:
     """Summary of one replay: reserved and allocated peaks (from ``reset_at`` on), the
-    fragmentation at the allocated peak (reserved minus allocated when the step needs most), segment (cudaMalloc / page map) counts, per-step peaks,
+    fragmentation at the allocated peak (reserved minus allocated when the step needs most), segment
+    (cudaMalloc / page map) counts, per-step peaks,
     a timeline of ``points`` samples, the first allocation that failed (``oom``), and with
     ``snapshot`` the torch snapshot dict."""
     col = trace["columns"]

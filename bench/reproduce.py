@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import atomic, identical, launch, matrix, noise, record, results
+from bench import atomic, identical, launch, matrix, noise, results
 
 
 def select(ref: results.ResultSet, cells: dict, only) -> tuple[list[str], list[str]]:

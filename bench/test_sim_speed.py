@@ -18,7 +18,6 @@ they are data, asserted after they are saved. The test id names no model or tech
 import contextlib
 import time
 
-import pytest
 import torch
 
 from bench.worker.sim import fakestep, simulate

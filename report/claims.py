@@ -103,7 +103,7 @@ def per_technique(items: list[tuple[str, str]]) -> str:
 def mixed_precision(df, t):
     found = by_mode([p for name in ("bf16", "amp-bf16", "amp-fp16") for p in pairs(df, name)])
     out = []
-    for mode, prs in found.items():
+    for _mode, prs in found.items():
         evidence, outcomes, per = [], [], []
         for w, wo in prs:
             said, halved = [], []
@@ -152,7 +152,7 @@ def gc_time(df, t):
 def adam8bit(df, t):
     found = by_mode([p for name in ("adamw8bit", "paged-adamw8bit") for p in pairs(df, name)])
     out = []
-    for mode, prs in found.items():
+    for _mode, prs in found.items():
         saved, evidence = [], []
         for w, wo in prs:
             r = ratio(w["optimizer_bytes"], wo["optimizer_bytes"])
@@ -175,7 +175,7 @@ def precision_only(k: dict) -> bool:
 
 def adam_vs_fp16(df, t):
     out = []
-    for mode, rows in ok_rows(df).groupby("mode", sort=False):
+    for _mode, rows in ok_rows(df).groupby("mode", sort=False):
         evidence, outcomes, used = [], [], []
         for _, r in rows.iterrows():
             if not precision_only(knobs(r)):
@@ -198,7 +198,7 @@ def adam_vs_fp16(df, t):
 
 def low_cpu_mem(df, t):
     out = []
-    for mode, prs in by_mode(pairs(df, "low-cpu-mem-usage", "ckpt-load")).items():
+    for _mode, prs in by_mode(pairs(df, "low-cpu-mem-usage", "ckpt-load")).items():
         saved, evidence = [], []
         for w, wo in prs:
             r = ratio(w["load_host_peak_rss_bytes"], wo["load_host_peak_rss_bytes"])
@@ -266,9 +266,9 @@ def zero3_linear(df, t):
     out = []
     rows = ok_rows(df)
     rows = rows[rows.apply(lambda r: knobs(r).get("dist") == "zero3", axis=1).astype(bool)] if len(rows) else rows
-    for mode, mrows in rows.groupby("mode", sort=False):
+    for _mode, mrows in rows.groupby("mode", sort=False):
         evidence, outcomes, analytic, used = [], [], [], []
-        for (model, gpu, rest), g in mrows.groupby(
+        for (model, _gpu, rest), g in mrows.groupby(
                 [mrows["model"], mrows["gpu"], mrows["technique"].map(lambda x: without_knob(x, "world_size"))]):
             by_n = {int(r["world_size"]): r for _, r in g.iterrows()}
             if 1 not in by_n or len(by_n) < 2:
@@ -338,7 +338,7 @@ def padding_steps(df, t):
     partner = {w["cell"]: wo for w, wo in pairs(df, "padding", "packing")}
     rows = ok_rows(df)
     rows = rows[rows.apply(lambda r: knobs(r).get("batching") == "padding", axis=1).astype(bool)] if len(rows) else rows
-    for mode, mrows in rows.groupby("mode", sort=False):
+    for _mode, mrows in rows.groupby("mode", sort=False):
         evidence, outcomes, used = [], [], []
         for _, r in mrows.iterrows():
             peaks = [p for p in (jcol(r, "step_peak_bytes") or []) if isinstance(p, (int, float)) and p > 0]
@@ -367,7 +367,7 @@ def padding_steps(df, t):
 
 def lora_states(df, t):
     out = []
-    for mode, prs in by_mode(pairs(df, "lora")).items():
+    for _mode, prs in by_mode(pairs(df, "lora")).items():
         saved, evidence = [], []
         for w, wo in prs:
             a = sum(int(w[f"{c}_bytes"]) for c in ("gradients", "optimizer") if not missing(w[f"{c}_bytes"]))

@@ -106,7 +106,8 @@ def demo_records() -> list[dict]:
                                                    "activations": 0.2, "other": 0.01}, tokens_per_s=1800),
         ok(spec(t, c, ["adamw8bit"], mode="cpu"), {"parameters": 0.07, "gradients": 0.07, "optimizer": 0.04,
                                                     "activations": 0.2, "other": 0.01}, tokens_per_s=1700),
-        failed(spec(t, c, ["fa2"], mode="cpu"), "skipped", "fa2 does not run in cpu mode: flash-attn kernels exist only for CUDA"),
+        failed(spec(t, c, ["fa2"], mode="cpu"), "skipped",
+               "fa2 does not run in cpu mode: flash-attn kernels exist only for CUDA"),
         ok(spec(EVIL, c, ["baseline"], mode="cpu"), {"parameters": 0.01, "activations": 0.01}, tokens_per_s=10),
     ]
     s = "qwen2.5-7b"

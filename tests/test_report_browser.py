@@ -25,7 +25,8 @@ from report import build, table
 from tests.records import EVIL, cpu_records, demo_records, sim_records
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (Debian: apt-get install chromium; .ci/run does it)")
+pytestmark = pytest.mark.skipif(CHROMIUM is None,
+                                reason="chromium not installed (Debian: apt-get install chromium; .ci/run does it)")
 
 
 def chromium(url: str, profile: Path, *extra: str) -> subprocess.CompletedProcess:

@@ -84,7 +84,8 @@ def test_qlora_verdict_follows_the_48gb_cards(verdict, expected):
 
 
 def test_mixed_precision_holds_when_both_halve():
-    recs = [cpu(["baseline"], CLAIM_BASE | {"gradients": 4 * N}), cpu(["bf16"], CLAIM_BASE | {"parameters": 2 * N, "gradients": 2 * N})]
+    recs = [cpu(["baseline"], CLAIM_BASE | {"gradients": 4 * N}),
+            cpu(["bf16"], CLAIM_BASE | {"parameters": 2 * N, "gradients": 2 * N})]
     assert verdicts_of(table.to_frame(recs))[("mixed-precision", "cpu")]["verdict"] == "holds"
 
 

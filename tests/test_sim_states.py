@@ -30,7 +30,7 @@ def states(tmp_path_factory):
              "techniques": ["baseline", "amp-bf16", "bf16", "adamw8bit"]}
     cells = matrix.load(write_matrix(tmp_path_factory.mktemp("states"), {"s": study}))
     out = {}
-    for cell, spec in cells.items():
+    for _cell, spec in cells.items():
         rec, tracker, fake = simulate.simulate_step(spec, cuda_model=False)
         model = fake.session.model
         numels = [p.numel() for p in model.parameters()]

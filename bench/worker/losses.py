@@ -39,9 +39,12 @@ def install(model, kind: str, device) -> None:
             LigerFusedLinearCrossEntropyLoss,
         )
         loss_fn = LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE)
-        head = lambda h, lm_head, y: loss_fn(lm_head.weight, h, y)
+
+        def head(h, lm_head, y):
+            return loss_fn(lm_head.weight, h, y)
     elif kind == "liger":
-        head = lambda h, lm_head, y: _FusedLinearCE.apply(h, lm_head.weight, y)
+        def head(h, lm_head, y):
+            return _FusedLinearCE.apply(h, lm_head.weight, y)
     else:
         head = chunked_head_loss
     base.forward = types.MethodType(_forward_with(head), base)

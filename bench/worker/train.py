@@ -68,14 +68,15 @@ class Session:
 
     def _dtype_probe(self):
         """Record the dtype the first Linear really computed in (proof a precision switch acted)."""
-        for module in self.model.modules():
-            if isinstance(module, torch.nn.Linear):
-                def hook(_m, _i, out):
-                    self.compute_dtype = str(getattr(out, "dtype", None)).replace("torch.", "")
-                    handle.remove()
-                handle = module.register_forward_hook(hook)
-                return handle
-        return None
+        first = next((m for m in self.model.modules() if isinstance(m, torch.nn.Linear)), None)
+        if first is None:
+            return None
+
+        def hook(_m, _i, out):
+            self.compute_dtype = str(getattr(out, "dtype", None)).replace("torch.", "")
+            handle.remove()
+        handle = first.register_forward_hook(hook)
+        return handle
 
     def forward_backward(self, micro: dict) -> None:
         t = self.tracker

@@ -92,7 +92,7 @@ def cuda_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
 
 
 def _flash_bwd(args, kwargs) -> int:
-    grad_out, q, k = args[0], args[1], args[2]
+    q, k = args[1], args[2]  # args[0] is the output's gradient
     b, h, lq, d = q.shape
     lk, hk = k.shape[2], k.shape[1]
     lq_r = _round(lq, 128)

@@ -32,7 +32,8 @@ Known differences from a real CUDA run, kept small and stated rather than patche
 torch's AdamW keeps its 4-byte ``step`` counters on the host unless capturable/fused (sim
 counts them: at most 512 B per parameter tensor); bitsandbytes' paged optimizers allocate
 their state with cudaMallocManaged, outside torch's allocator (sim counts it as resident
-device memory, which it is until evicted); the CUDA context is the verdict's reserve; T4 (no bf16 kernels) is flagged in ``details.verdict_notes``.
+device memory, which it is until evicted); the CUDA context is the verdict's reserve; T4 (no bf16 kernels)
+is flagged in ``details.verdict_notes``.
 Cells sim cannot run are skipped records, decided when the matrix loads (bench/techniques.py).
 """
 from __future__ import annotations
