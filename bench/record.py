@@ -87,6 +87,8 @@ REPORT_DETAILS = {
     "vllm": (dict, "sim ok vllm", "the engine's memory plan per GPU (pipeline-stage section, its claim)"),
     "new_tokens": (int, "ok generate", "tokens generated after the prompt (stage section)"),
     "kv_bytes_per_token": (int, "ok generate", "KV cache bytes per token (stage section)"),
+    "timing_load": (dict, "measured ok train", "CPU time other processes took while the steps were timed "
+                    "(summary: throughput marked when contended)"),
     "published": (dict, "optional", "a published measurement of the same setting, beside ours (published table)"),
 }
 def _workload(rec: dict) -> str:
@@ -99,6 +101,7 @@ _MUST = {
     "sim ok vllm": lambda r: r["mode"] == "sim" and _workload(r) == "vllm",
     "ok generate": lambda r: _workload(r) == "generate",
     "optional": lambda r: False,
+    "measured ok train": lambda r: r["mode"] != "sim" and _workload(r) == "train",
     "sim ok sharded": lambda r: r["mode"] == "sim" and bool(r["knobs"].get("dist")),
     "measured ok multi-rank": lambda r: r["mode"] != "sim" and r["world_size"] > 1,
     "cuda ok": lambda r: r["mode"] == "cuda",

@@ -91,6 +91,13 @@ def knobs(row) -> dict:
     return doc if isinstance(doc, dict) else {}
 
 
+def contended(row) -> bool:
+    """Whether the row's steps were timed beside other load (bench/worker/cpuload.py): its
+    throughput is not the cell's own."""
+    load = details(row).get("timing_load")
+    return isinstance(load, dict) and bool(load.get("contended"))
+
+
 def analytic_note(row) -> str:
     """The record's statement that part of its numbers are worked out, not simulated ('' if none)."""
     note = details(row).get("zero_partitioning")

@@ -10,7 +10,7 @@ import pandas as pd
 from bench import techniques
 from report import plot_fits, plot_pareto, plot_steps, plots
 from report.compare import baseline_of, main_saving, technique_meta
-from report.fmt import (DASH, analytic_note, change_pct, details, fmt_gib, fmt_pct, jcol, missing,
+from report.fmt import (DASH, analytic_note, change_pct, contended, details, fmt_gib, fmt_pct, jcol, missing,
                         provenance, sort_key, tone)
 from report.plot_fits import VERDICTS
 
@@ -43,6 +43,9 @@ def summary_row(row: pd.Series, df: pd.DataFrame) -> dict:
         speed_text = "not measured"
     else:
         speed_text = "reference" if is_ref else fmt_pct(speed, signed=True)
+    if row["mode"] != "sim" and ok and (contended(row) or (base is not None and contended(base))):
+        speed_text += " (timed beside other load)"  # measured, but not the cell's own speed
+        speed = None  # no tone, no sort: a contended timing is no evidence of a cost
     meta = technique_meta(row["technique"])
     verdicts = jcol(row, "verdicts") or {}
     return {

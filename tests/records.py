@@ -39,6 +39,8 @@ def contract_details(sp, **given) -> dict:
             out["zero_partitioning"] = f"analytic: {sp['knobs']['dist']} at world size {sp['world_size']}"
     if sp["mode"] == "cuda":
         out["device_name"] = "NVIDIA Test GPU"
+    if sp["mode"] != "sim":
+        out["timing_load"] = {"contended": False, "other_cores": 0.0, "own_cores": 1.0}
     return out | given
 
 

@@ -261,3 +261,19 @@ def test_published_figures_stand_beside_the_simulated_peak(tmp_path):
     assert (row["published"], row["ours"], row["error"], row["tokens"]) == ("60.0", "57.90", "-3.5%", "7075")
     assert "measured" in build.render(table.to_frame(recs)).split("Published figures beside ours")[1][:2000]
     assert sections.published_section(table.to_frame(recs[:1]), "sim") is None
+
+
+def test_throughput_timed_beside_other_load_is_marked_and_not_toned():
+    """A cpu record whose timing saw other load (details.timing_load.contended) is shown with
+    its change, but marked, and without a better/worse colour."""
+    base = ok(spec("m", "cpu-24g", ["baseline"], mode="cpu"), BASE, tokens_per_s=1000)
+    quiet = ok(spec("m", "cpu-24g", ["gc"], mode="cpu"), BASE | {"activations": 1}, tokens_per_s=700)
+    busy = ok(spec("m", "cpu-24g", ["lora"], mode="cpu"), BASE, tokens_per_s=500)
+    for r in (base, quiet):
+        r["details"]["timing_load"] = {"contended": False, "other_cores": 0.01}
+    busy["details"]["timing_load"] = {"contended": True, "other_cores": 1.4}
+    frame = table.to_frame([base, quiet, busy])
+    rows = {r["cell"]: sections.summary_row(r, frame) for _, r in frame.iterrows()}
+    assert rows["m__cpu-24g__gc"]["speed"] == "−30.0%" and rows["m__cpu-24g__gc"]["speed_tone"] == "worse"
+    assert rows["m__cpu-24g__lora"]["speed"] == "−50.0% (timed beside other load)"
+    assert rows["m__cpu-24g__lora"]["speed_tone"] == ""

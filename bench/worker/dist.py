@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 
 import torch
+
+from bench import net
 
 
 def ensure_rank_env() -> None:
     """World size 1 without torchrun: rank 0 of 1, rendezvous on a free loopback port."""
     if "RANK" in os.environ:
         return
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = net.free_loopback_port()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1",
                       LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
 

@@ -121,10 +121,11 @@ def route_inductor_allocations() -> None:
 COMPILE_BACKEND = "inductor"
 
 
-def compile_layers(model) -> int:
-    """torch.compile each decoder layer in place; returns how many were compiled."""
+def compile_layers(model, backend: str = COMPILE_BACKEND) -> int:
+    """torch.compile each decoder layer in place; returns how many were compiled. ``backend``:
+    inductor for a real run; sim passes its own (see the module docstring)."""
     route_inductor_allocations()
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     for layer in base.model.layers:
-        layer.compile(backend=COMPILE_BACKEND)
+        layer.compile(backend=backend)
     return len(base.model.layers)

@@ -28,16 +28,17 @@ def host_peak_rss() -> int:
 class Session:
     """Model, optimizer and the three calls a step makes, whatever wraps them."""
 
-    def __init__(self, spec: dict, device, tracker, qlora_base=None):
-        """``qlora_base``: how QLoRA's 4-bit base model is built (models.qlora_base loads it
-        from a checkpoint; sim mode passes its own, which quantizes without one)."""
+    def __init__(self, spec: dict, device, tracker, qlora_base=None, compile_backend=placement.COMPILE_BACKEND):
+        """``qlora_base``: how QLoRA's 4-bit base model is built (models.load_qlora_base loads it
+        from a checkpoint; sim mode passes its own, which quantizes without one).
+        ``compile_backend``: torch.compile's backend for ``compile`` (sim passes its own)."""
         knobs = spec["knobs"]
         self.spec, self.device, self.tracker = spec, torch.device(device), tracker
         self.accum = knobs["accum"]
         say("building the model")
         self.model = models.build(spec, device, qlora_base=qlora_base)
         losses.install(self.model, knobs["loss"], device)
-        self.compiled_layers = placement.compile_layers(self.model) if knobs["compile"] else 0
+        self.compiled_layers = placement.compile_layers(self.model, compile_backend) if knobs["compile"] else 0
         tracker.mark("parameters", dist.parameter_tensors(self.model))
         self.optimizer = self._optimizer(knobs)
         self.engine = None
@@ -138,7 +139,8 @@ def train(spec: dict, device, tracker, sim=None) -> dict:
     out: dict = {}
     window = cpuload.Window()
     with tracker:
-        session = Session(spec, device, tracker, qlora_base=sim.qlora_base if sim else None)
+        session = Session(spec, device, tracker, qlora_base=sim.qlora_base if sim else None,
+                          compile_backend=sim.compile_backend if sim else placement.COMPILE_BACKEND)
         out["load_host_peak_rss_bytes"] = host_peak_rss()
         build_peak = tracker.reset_peak()  # loading's staging copies are host memory on a GPU run
         if torch.device(device).type == "cuda":  # torch's peak counters measure the same span as the tracker

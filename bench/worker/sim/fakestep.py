@@ -39,7 +39,7 @@ from transformers import masking_utils
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.flop_counter import flop_registry
 
-from bench.worker import cuda_alloc, models, placement
+from bench.worker import cuda_alloc, models
 from bench.worker.sim import cuda_kernels
 from bench.worker.memtrack import MemTracker
 from bench.techniques import BNB_OPTIMIZERS
@@ -59,6 +59,10 @@ def swapped(obj, name: str, value):
         setattr(obj, name, old)
 
 
+# inductor's kernels need real memory: sim runs the graphs and partitioner inductor uses, op by op
+SIM_COMPILE_BACKEND = "aot_eager_decomp_partition"
+
+
 def sim_tracker(cuda_model: bool = True, budget_bytes=None) -> MemTracker:
     """The tracker of a sim step: the CUDA caching allocator's rounding (with ``cuda_model``)
     and each phase's peak live set kept (ZeRO's analytic partitioning needs them). FakeRun
@@ -72,7 +76,8 @@ class FakeRun:
 
     def __init__(self, spec: dict, tracker: MemTracker, cuda_model: bool = True):
         self.knobs, self.tracker = spec["knobs"], tracker
-        self.qlora_base = qlora_base  # bench.worker.train's seam: QLoRA's base without a checkpoint
+        self.qlora_base = qlora_base  # bench.worker.train's seams: QLoRA's base without a checkpoint,
+        self.compile_backend = SIM_COMPILE_BACKEND  # and compile without inductor's real-memory kernels
         self.cuda_model = cuda_model
         self.flop_step = spec["warmup_steps"]  # the first timed step: warm-up has built the state
         self.flops = None
@@ -98,8 +103,6 @@ class FakeRun:
             s.enter_context(swapped(bnbf, "create_dynamic_map", real(bnbf.create_dynamic_map)))
         if self.cuda_model:
             s.enter_context(swapped(torch.nn.functional, "scaled_dot_product_attention", cuda_kernels.cuda_sdpa))
-        if self.knobs.get("compile"):  # inductor's kernels need real memory: its partitioner, run eagerly
-            s.enter_context(swapped(placement, "COMPILE_BACKEND", "aot_eager_decomp_partition"))
         return self
 
     def __exit__(self, *exc):
