@@ -21,3 +21,26 @@ def write_matrix(folder: Path, studies: dict, name: str = "matrix.yaml", **top) 
     path = Path(folder) / name
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+def run_cells(specs, folder: Path) -> dict:
+    """Run cell specs through the launcher, two workers at a time (2 cores); {technique: record}."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bench import launch
+    with ThreadPoolExecutor(2) as pool:
+        out = list(pool.map(lambda s: launch.run_cell(s, Path(folder) / f"{s['cell']}.log"), specs))
+    return {"+".join(r["techniques"]): r for r in out}
+
+
+def ok(recs: dict, name: str) -> dict:
+    """The ok record of technique ``name``, checked against the record contract."""
+    from bench import record
+    rec = recs[name]
+    assert rec["status"] == "ok", f"{name}: {rec['status']}: {rec['reason']}\n{rec['log_tail']}"
+    assert record.problems(rec) == []
+    return rec
+
+
+def d(recs: dict, name: str) -> dict:
+    return ok(recs, name)["details"]

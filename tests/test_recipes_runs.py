@@ -4,11 +4,11 @@ tests/test_techniques_runs.py does for the core catalogue). Every assertion read
 the worker observed (record ``details``, bench/worker/proofs.py) or a measured byte count,
 and fails with the technique off (the baseline, or the technique's base cell, is that cell).
 """
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from bench import launch, matrix, record
+from bench import matrix
+from tests.helpers import d, ok, run_cells
 
 pytestmark = pytest.mark.slow
 
@@ -25,20 +25,7 @@ def recs(tmp_path_factory):
     study = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": TECHNIQUES,
              "batch_size": BATCH, "seq_len": SEQ}
     specs = list(matrix.load(write_matrix(folder, {"r": study})).values())
-    with ThreadPoolExecutor(2) as pool:
-        out = list(pool.map(lambda s: launch.run_cell(s, folder / f"{s['cell']}.log"), specs))
-    return {"+".join(r["techniques"]): r for r in out}
-
-
-def ok(recs, name):
-    rec = recs[name]
-    assert rec["status"] == "ok", f"{name}: {rec['status']}: {rec['reason']}\n{rec['log_tail']}"
-    assert record.problems(rec) == []
-    return rec
-
-
-def d(recs, name):
-    return ok(recs, name)["details"]
+    return run_cells(specs, folder)
 
 
 def test_chunked_ce_never_keeps_the_full_fp32_logits(recs):

@@ -5,11 +5,11 @@ fail with the technique switched off (the baseline is that cell).
 
 All cells run once per session, two workers at a time (2 cores), in a module fixture.
 """
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from bench import launch, matrix, record
+from bench import launch, matrix
+from tests.helpers import d, ok, run_cells
 
 pytestmark = pytest.mark.slow
 
@@ -35,20 +35,7 @@ def recs(tmp_path_factory):
     })
     cells = matrix.load(path)
     specs = [s for s in cells.values()]
-    with ThreadPoolExecutor(2) as pool:
-        out = list(pool.map(lambda s: launch.run_cell(s, folder / f"{s['cell']}.log"), specs))
-    return {"+".join(r["techniques"]): r for r in out}
-
-
-def ok(recs, name):
-    rec = recs[name]
-    assert rec["status"] == "ok", f"{name}: {rec['status']}: {rec['reason']}\n{rec['log_tail']}"
-    assert record.problems(rec) == []
-    return rec
-
-
-def d(recs, name):
-    return ok(recs, name)["details"]
+    return run_cells(specs, folder)
 
 
 def bd(recs, name):
