@@ -31,6 +31,9 @@ EXCLUDED = {
     "machine": "hostname, kernel, core count and memory of the machine that ran it: shown by report.versus",
     "log_tail": "a failing worker's last log lines carry pids, temp paths and timestamps; status and reason "
                 "are compared",
+    "trace_file": "where the allocation trace was written (the results folder of that run); the trace's "
+                  "replay, allocator_model, is compared",
+    "timing_load": "what else the machine was doing while the steps were timed: context of the throughput",
 }
 THROUGHPUT = ("tokens_per_s", "step_s_median", "timed_s")
 MEASURED_MODES = ("cpu", "cuda")

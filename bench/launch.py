@@ -40,7 +40,9 @@ def run_cell(spec: dict, log_path: str | os.PathLike | None = None) -> dict:
         spec_path.write_text(json.dumps(spec))
         log = Path(log_path) if log_path else Path(tmp, "worker.log")
         log.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONUNBUFFERED="1",
+        # PYTHONHASHSEED: set iteration order, and so the order in which a step frees storages,
+        # is the same in every run; the allocation trace and its replay reproduce to the byte
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONHASHSEED="0",
                    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
         with open(log, "w") as fh:
             proc = subprocess.Popen(worker_command(spec, spec_path, out_path), stdout=fh,

@@ -75,6 +75,7 @@ NUMBER_FIELDS = ("step_s_median", "tokens_per_s", "flops_per_step", "wall_s")
 
 # The ``details`` keys the report reads: {key: (type, which records must carry it, what it is)}.
 # Any record that has one must have it in this type; the records named must have it.
+NUMBER = (int, float)  # a measured ratio (bytes per token) may be fractional
 REPORT_DETAILS = {
     "optimizer_state_dtypes": (list, "ok", "dtypes of the optimizer state (claims: Adam is 2x fp16)"),
     "verdict_rule": (str, "sim ok", "the rule the verdicts follow (page notes)"),
@@ -86,7 +87,7 @@ REPORT_DETAILS = {
     "device_name": (str, "cuda ok", "the physical GPU the cell ran on (summary group title)"),
     "vllm": (dict, "sim ok vllm", "the engine's memory plan per GPU (pipeline-stage section, its claim)"),
     "new_tokens": (int, "ok generate", "tokens generated after the prompt (stage section)"),
-    "kv_bytes_per_token": (int, "ok generate", "KV cache bytes per token (stage section)"),
+    "kv_bytes_per_token": (NUMBER, "ok generate", "KV cache bytes per token (stage section)"),
     "timing_load": (dict, "measured ok train", "CPU time other processes took while the steps were timed "
                     "(summary: throughput marked when contended)"),
     "published": (dict, "optional", "a published measurement of the same setting, beside ours (published table)"),
@@ -275,8 +276,9 @@ def _details_problems(rec: dict) -> list[str]:
         if value is None:
             if rec["status"] == "ok" and _MUST[who](rec):
                 out.append(f"details.{key} missing on a record of kind {who!r}")
-        elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            out.append(f"details.{key} is {type(value).__name__}, the report reads a {kind.__name__}")
+        elif not isinstance(value, kind) or (kind in (int, NUMBER) and isinstance(value, bool)):
+            name = "number" if kind is NUMBER else kind.__name__
+            out.append(f"details.{key} is {type(value).__name__}, the report reads a {name}")
         elif kind is list and key in ("peers", "ranks") and not all(isinstance(x, dict) for x in value):
             out.append(f"details.{key} holds something other than objects")
     return out

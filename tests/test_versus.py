@@ -1,5 +1,6 @@
 """report.versus: two results folders -> one page and one CSV; bad input never crashes and
 never reads as a complete comparison."""
+import re
 import csv
 import subprocess
 import sys
@@ -95,7 +96,9 @@ def test_another_checkout_path_is_not_another_experiment(tmp_path):
     zero3 = ("qwen2.5-7b__sim__zero3+w4",)   # its spec names a DeepSpeed config file by path
     old, new = folder(tmp_path / "a", zero3), folder(tmp_path / "b", zero3)
     path = new / "cells" / f"{zero3[0]}.json"
-    path.write_text(path.read_text().replace("/tmp/full/matrix/", "/elsewhere/matrix/"))
+    text = path.read_text()
+    checkout = re.search(r'"(/[^"]*?)/matrix/', text).group(1)  # where the reference was built
+    path.write_text(text.replace(f"{checkout}/matrix/", "/elsewhere/matrix/"))
     code, page, _ = run(old, new, tmp_path / "out")
     assert "/elsewhere/matrix/" in path.read_text() and code == 0 and "Complete" in page
 

@@ -93,7 +93,8 @@ def run(spec: dict, cuda_model: bool = True) -> dict:
     details = out["details"]
     details.update(simulated=CUDA_MODEL if cuda_model else "cpu kernels, exact bytes",
                    phase_breakdown_bytes=phases)
-    details.pop("timed_s", None)  # fake time
+    details.pop("timed_s", None)  # fake time, and the load beside it
+    details.pop("timing_load", None)
     if (spec["knobs"]["dist"] or "").startswith("zero"):
         phases = _deepspeed_master(fake.session, spec["knobs"], phases, tracker.rounding, details)
     if spec["knobs"]["dist"]:
