@@ -12,21 +12,10 @@ names no model or technique, so ``-k <cell>`` selections leave it out.
 """
 import time
 
+from bench.speed_study import STUDY
 from bench import matrix, replay
 from bench.worker.sim import simulate
 
-STUDY = """
-studies:
-  speed:
-    mode: sim
-    models: [qwen2.5-7b]
-    gpus: [h100-80gb]
-    techniques: [baseline]
-    batch_size: 1
-    seq_len: 1024
-    steps: 1
-    warmup_steps: 1
-"""
 TARGET_S = 1.0
 
 

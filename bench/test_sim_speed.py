@@ -22,20 +22,9 @@ import torch
 
 from bench.worker.sim import fakestep, simulate
 from bench import matrix
+from bench.speed_study import STUDY
 from bench.worker import train
 
-STUDY = """
-studies:
-  speed:
-    mode: sim
-    models: [qwen2.5-7b]
-    gpus: [h100-80gb]
-    techniques: [baseline]
-    batch_size: 1
-    seq_len: 1024
-    steps: 1
-    warmup_steps: 1
-"""
 
 
 class Untracked:
