@@ -15,11 +15,6 @@ SIM, CPU = "qwen2.5-7b__sim__amp-bf16", "tiny-llama__cpu__s128"
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "open defect: a rerun of qwen2.5-7b__sim__amp-bf16 under pytest differs from the reference in a few "
-    "allocator_model.timeline rows (tens of KiB at a sampled point; peaks, breakdown, reserved peak and "
-    "segment counts equal), while a rerun from the command line and a second full build of all 80 sim "
-    "cells were identical: some allocation order still depends on the process (suspect: cyclic GC timing)"))
 def test_rerun_of_a_sim_and_a_cpu_cell_reproduces_the_reference(tmp_path):
     out = tmp_path / "rerun"
     proc = subprocess.run([sys.executable, "-m", "bench.reproduce", "--only", SIM, "--only", CPU, "--out", str(out)],

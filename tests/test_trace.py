@@ -37,3 +37,26 @@ def test_the_trace_is_bounded_and_says_what_it_dropped(monkeypatch):
     tr = t.trace()
     assert len(tr["columns"]["kind"]) == 3 and tr["dropped_events"] == 2 and len(xs) == 5
     assert tr["max_events"] == 3
+
+
+def test_frees_with_no_allocation_between_are_written_in_allocation_order():
+    # autocast frees its cast-weight cache in address-hash order: the trace must not depend on it
+    t = memtrack.MemTracker()
+    with t:
+        t.start_step()
+        with t.in_phase("forward"):
+            xs = [torch.ones(n) for n in (100, 300, 200)]
+            for i in (2, 0, 1):  # freed out of allocation order
+                xs[i] = None
+            y = torch.ones(50)
+            del y
+    col = t.trace()["columns"]
+    assert col["kind"] == [1, 1, 1, 0, 0, 0, 1, 0]
+    assert col["serial"][3:6] == sorted(col["serial"][3:6]) == col["serial"][:3]
+
+
+def test_canonical_frees_keeps_allocations_in_place_and_splits_runs_at_step_or_phase():
+    ev = [(1, 1, 8, 0, 1, 0), (1, 2, 8, 0, 1, 0), (0, 2, 0, 1), (0, 1, 0, 2), (1, 3, 8, 0, 2, 0),
+          (1, 4, 8, 0, 2, 0), (0, 4, 0, 2), (0, 3, 0, 2)]
+    out = memtrack.canonical_frees(ev)
+    assert [e[:2] for e in out] == [(1, 1), (1, 2), (0, 2), (0, 1), (1, 3), (1, 4), (0, 3), (0, 4)]

@@ -38,7 +38,11 @@ tensors) and its category (resolved when the trace is taken). Kernel scratch
 (``transient``) is an allocation freed at once; an in-place resize is a free and a new
 allocation under the same serial. Bounded: the first ``MAX_TRACE_EVENTS`` events are kept,
 later ones are dropped and counted (``dropped_events``), so a replay of a truncated trace
-covers its beginning only (bench/replay.py says so in the record).
+covers its beginning only (bench/replay.py says so in the record). Frees that follow one
+another with no allocation between them (in one step and phase) are written in allocation
+order (``canonical_frees``): their order changes no peak and leaves the allocator in the same
+state, but it is not the process's to choose reproducibly: autocast's cast-weight cache, for
+one, is a C++ hash map keyed by tensor address, freed in address-hash order at autocast exit.
 """
 from __future__ import annotations
 
@@ -334,7 +338,7 @@ class MemTracker(TorchDispatchMode):
         cols = {k: [] for k in ("kind", "serial", "bytes", "step", "phase", "op", "category")}
         kind, serial, nbytes, step, phase, op, category = cols.values()
         cat_of: dict[int, int] = {}
-        for ev in self.events:
+        for ev in canonical_frees(self.events):
             if ev[0]:
                 _, s, n, st, ph, o = ev
                 c = cat_of[s] = cats[self._category(s, TRACE_PHASES[ph])]
@@ -362,3 +366,20 @@ class MemTracker(TorchDispatchMode):
             if serial in self.known[cat]:
                 return cat
         return {"forward": "activations", "backward": "temporaries", "optimizer": "temporaries"}.get(born, "other")
+
+
+def canonical_frees(events: list) -> list:
+    """``events`` with each run of consecutive frees (same step and phase, no allocation
+    between) sorted by serial, i.e. in the order the storages were allocated."""
+    out, run = [], []
+    for ev in events:
+        if ev[0] == 0 and (not run or run[0][2:4] == ev[2:4]):
+            run.append(ev)
+            continue
+        out.extend(sorted(run, key=lambda e: e[1]))
+        run = [ev] if ev[0] == 0 else []
+        if ev[0]:
+            out.append(ev)
+    out.extend(sorted(run, key=lambda e: e[1]))
+    return out
+
