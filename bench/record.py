@@ -91,7 +91,22 @@ REPORT_DETAILS = {
     "timing_load": (dict, "measured ok train", "CPU time other processes took while the steps were timed "
                     "(summary: throughput marked when contended)"),
     "published": (dict, "optional", "a published measurement of the same setting, beside ours (published table)"),
+    "dtypes": (dict, "optional", "{weights, gradients, optimizer_state, quantized_weights: [dtype]} "
+               "(every row of the lookup, effects and summary tables)"),
+    "speed_model": (dict, "sim ok", "{gpu: the speed model's estimate: step_s, tokens_per_s, parts, "
+                    "efficiency, calibration, how} for every GPU the cell is judged against (bench/speedmodel.py; "
+                    "lookup: ranking and estimated speed; effects: overhead)"),
 }
+# details keys the report does not read but the contract checks: the speed model's input
+SPEED_DETAILS = {
+    "step_cost": (dict, "sim ok", "what the simulated step costs a GPU, speed_model's input: FLOPs per dtype, "
+                  "bytes moved, NF4 dequantization, recomputation, communication (bench/worker/sim/stepcost.py)"),
+}
+STEP_COST_KEYS = ("flops_by_dtype", "bytes_moved", "nf4_dequant_bytes", "recompute_flops",
+                  "comm_bytes_per_rank", "tokens_per_step", "world_size", "how")
+ESTIMATE_KEYS = ("step_s", "tokens_per_s", "provenance", "how")
+
+
 def _workload(rec: dict) -> str:
     return (rec["knobs"] or {}).get("workload") or "train"
 
@@ -271,7 +286,7 @@ def _details_problems(rec: dict) -> list[str]:
     if not isinstance(details, dict):
         return [f"details {details!r} is not an object"]
     out = []
-    for key, (kind, who, _what) in REPORT_DETAILS.items():
+    for key, (kind, who, _what) in (REPORT_DETAILS | SPEED_DETAILS).items():
         value = details.get(key)
         if value is None:
             if rec["status"] == "ok" and _MUST[who](rec):
@@ -281,4 +296,26 @@ def _details_problems(rec: dict) -> list[str]:
             out.append(f"details.{key} is {type(value).__name__}, the report reads a {name}")
         elif kind is list and key in ("peers", "ranks") and not all(isinstance(x, dict) for x in value):
             out.append(f"details.{key} holds something other than objects")
+    out += _speed_problems(details)
+    return out
+
+
+def _speed_problems(details: dict) -> list[str]:
+    """details.step_cost carries its keys; each details.speed_model entry is a modelled
+    estimate (a number or None for step_s, with its why)."""
+    out = []
+    cost = details.get("step_cost")
+    if isinstance(cost, dict):
+        out += [f"details.step_cost lacks {k}" for k in STEP_COST_KEYS if k not in cost]
+    model = details.get("speed_model")
+    for gpu, est in (model.items() if isinstance(model, dict) else ()):
+        if not isinstance(est, dict) or any(k not in est for k in ESTIMATE_KEYS):
+            out.append(f"details.speed_model.{gpu} lacks one of {', '.join(ESTIMATE_KEYS)}")
+        elif est["provenance"] != "modelled":
+            out.append(f"details.speed_model.{gpu} is {est['provenance']!r}, not 'modelled'")
+        elif est["step_s"] is None and not est.get("why"):
+            out.append(f"details.speed_model.{gpu} has no step_s and does not say why")
+        elif est["step_s"] is not None and (isinstance(est["step_s"], bool) or not isinstance(est["step_s"], NUMBER)
+                                            or est["step_s"] <= 0):
+            out.append(f"details.speed_model.{gpu}.step_s {est['step_s']!r} is not a positive number")
     return out

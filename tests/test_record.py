@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from tests.records import SPEED_COST, SPEED_ESTIMATE
 from bench import atomic, matrix, record
 from tests.helpers import REPO
 
@@ -28,7 +29,8 @@ def ok_record(spec):
                params_total=100, params_trainable=100, details=details)
     if spec["mode"] == "sim":
         rec["verdicts"] = dict.fromkeys(spec["verdict_gpus"], "fits")
-        details.update(verdict_rule="need <= 90%", verdict_reserve_bytes=1, verdict_notes={}, peers=[])
+        details.update(verdict_rule="need <= 90%", verdict_reserve_bytes=1, verdict_notes={}, peers=[],
+                       step_cost=dict(SPEED_COST), speed_model={"a100-80g": dict(SPEED_ESTIMATE)})
         if spec["knobs"]["dist"]:
             details["zero_partitioning"] = "analytic: zero3 at world size 4"
     else:
@@ -173,3 +175,19 @@ def test_one_atomic_writer():
              if "os.replace(" in p.read_text()]
     assert users == ["bench/atomic.py"]
     assert not hasattr(record, "write_atomic")
+
+
+def test_speed_model_entries_are_modelled_and_say_why_when_missing(specs):
+    rec = ok_record(specs["tiny-llama__sim__zero3+w4"])
+    model = rec["details"]["speed_model"]
+    model["t4"] = {"step_s": None, "tokens_per_s": None, "provenance": "modelled", "how": "x", "why": "no bf16"}
+    assert record.problems(rec) == []
+    model["t4"].pop("why")
+    assert any("does not say why" in p for p in record.problems(rec))
+    model["t4"] = dict(SPEED_ESTIMATE, provenance="measured")
+    assert any("not 'modelled'" in p for p in record.problems(rec))
+    model["t4"] = dict(SPEED_ESTIMATE, step_s=-1)
+    assert any("positive number" in p for p in record.problems(rec))
+    del model["t4"]
+    rec["details"]["step_cost"].pop("bytes_moved")
+    assert record.problems(rec) == ["details.step_cost lacks bytes_moved"]

@@ -93,3 +93,14 @@ def test_cuda_attention_backend_choice():
     assert cuda_backend(big, big, big, None) == "efficient"
     odd = torch.empty(1, 8, 16, 66, dtype=torch.float32, device="meta")
     assert cuda_backend(odd, odd, odd, None) == "math"  # not a multiple of the fp32 alignment (4)
+
+
+def test_a_published_allocator_figure_is_compared_without_paged_optimizer_state():
+    from bench.worker.sim import simulate
+    gib = 2**30
+    active = simulate.published({"peak_gib": 10.0, "measure": "active"}, 16 * gib, 6 * gib)
+    assert active["simulated_peak_gib"] == 10.0 and active["simulated_device_peak_gib"] == 16.0
+    assert active["signed_error"] == 0.0 and "paged" in active["compared"]
+    device = simulate.published({"peak_gib": 10.0, "measure": "nvidia-smi"}, 16 * gib, 6 * gib)
+    assert device["simulated_peak_gib"] == 16.0 and device["compared"] == "peak"
+    assert simulate.published({"peak_gib": 8.0, "measure": "active"}, 16 * gib, 0)["signed_error"] == 1.0

@@ -1,0 +1,80 @@
+"""The speed model against published throughput it is calibrated on: torchtune's Llama-3.2-3B
+table (README "optimization flags": full fine-tune, batch 2 x 4096 packed, one A100, tokens/s
+per GPU; each flag added to those above). The study is ``sim-torchtune-3b``; its cells carry
+the published row (``details.published.tokens_per_s``).
+
+One efficiency factor for the A100's class (bench/speedmodel.py ``EFFICIENCY``), fitted on the
+matched rows together (never per row): this test refits it and fails if the stored constant
+drifts from its fit. Each row's published and modelled tokens/s and the signed error
+(modelled / published - 1) are printed (``pytest -s``); every matched row must be within 25%.
+
+    python -m pytest -s tests/test_speed_calibration.py
+"""
+import pytest
+
+from bench import matrix, speedmodel
+
+pytestmark = pytest.mark.slow
+STUDY, GPU = "sim-torchtune-3b", "a100-80gb"
+TOLERANCE = 0.25
+
+# Rows the model cannot be held to, and why (printed beside their error, not fitted on).
+UNMATCHED = {
+    "bf16+adamw-fused+padding": "the unpacked baseline trains on alpaca's real sample lengths (mostly short, "
+                                "so small kernels and per-step overheads dominate); our padded rows are a "
+                                "seeded synthetic length distribution",
+    "qlora+bf16+packing+compile+chunked-ce+gc+act-offload":
+        "the table's command steps torch AdamW where our qlora steps bitsandbytes' paged 8-bit AdamW, and "
+        "torchtune quantizes with torchao's NF4 (bitsandbytes here); printed, not fitted on",
+}
+
+
+@pytest.fixture(scope="module")
+def rows():
+    """{techniques: (published row, step cost, estimate on the A100)} for the study's cells."""
+    import bitsandbytes  # noqa: F401  (module constants real, before the fake mode)
+    import peft  # noqa: F401
+
+    from bench.worker.sim import simulate
+    cells = [s for s in matrix.load().values() if s["study"] == STUDY and s.get("published")]
+    assert len(cells) == 10
+    out = {}
+    for s in cells:
+        details = simulate.run(s)["details"]
+        out["+".join(s["techniques"])] = (s["published"], details["step_cost"], details["speed_model"][GPU])
+    return out
+
+
+def _published_s(pub, cost) -> float:
+    return cost["tokens_per_step"] / pub["tokens_per_s"]
+
+
+def test_every_matched_row_within_25_percent(rows):
+    failures = []
+    print()
+    for combo, (pub, _cost, est) in rows.items():
+        err = est["tokens_per_s"] / pub["tokens_per_s"] - 1
+        why = UNMATCHED.get(combo)
+        print(f"{pub['row']:34s} published {pub['tokens_per_s']:6.0f} tok/s  modelled {est['tokens_per_s']:6.0f} tok/s"
+              f"  error {err:+6.1%}" + (f"  (not held: {why})" if why else ""))
+        assert est["provenance"] == "modelled" and est["calibration"].startswith("calibrated: ampere-datacenter")
+        if why is None and abs(err) > TOLERANCE:
+            failures.append(f"{pub['row']}: {err:+.1%}")
+    assert not failures, failures
+
+
+def test_the_stored_factor_is_the_fit_on_the_matched_rows(rows):
+    profile = matrix.load()[next(c for c, s in matrix.load().items() if s["study"] == STUDY)]["verdict_gpus"][GPU]
+    fitted = []
+    for combo, (pub, cost, _est) in rows.items():
+        if combo not in UNMATCHED:
+            device, why = speedmodel.device_seconds(cost, profile)
+            assert why is None
+            fitted.append((sum(device.values()), _published_s(pub, cost)))
+    factor = speedmodel.fit(fitted)
+    print(f"\nfitted efficiency on {len(fitted)} rows: {factor:.4f}")
+    assert speedmodel.EFFICIENCY["ampere-datacenter"][0] == pytest.approx(factor, abs=0.005)
+
+
+def test_each_unmatched_row_is_in_the_study(rows):
+    assert set(UNMATCHED) <= set(rows)
