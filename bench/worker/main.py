@@ -51,8 +51,9 @@ def main(spec_path: str, out_path: str) -> int:
     except Skip as exc:
         rec["status"], rec["reason"] = "skipped", str(exc)
     except Exception as exc:  # noqa: BLE001 - every failure becomes a record
-        rec["status"] = "oom" if is_oom(exc) else "error"
-        rec["reason"] = record.one_line(f"{type(exc).__name__}: {exc}")
+        beyond_sim = sim_cannot_run(exc) if spec["mode"] == "sim" else ""
+        rec["status"] = "skipped" if beyond_sim else "oom" if is_oom(exc) else "error"
+        rec["reason"] = record.one_line(f"{beyond_sim}{type(exc).__name__}: {exc}")
         rec["log_tail"] = traceback.format_exc()[-4000:]
         rec["details"].update(getattr(exc, "details", {}))  # facts gathered before it failed
     if rank is not None:
@@ -66,6 +67,27 @@ def main(spec_path: str, out_path: str) -> int:
     atomic.write_json(out_path, rec)
     print(json.dumps(rec, sort_keys=True))
     return 1 if rank is not None and rec["status"] != "ok" else 0
+
+
+def sim_cannot_run(exc: BaseException) -> str:
+    """Why sim cannot run what raised ``exc`` ('' when it is an ordinary failure): FakeTensorMode
+    refusing an op it cannot run without real values, or a fake (meta) kernel refusing inputs
+    its real kernel may take (grouped_mm's meta kernel takes bf16 only)."""
+    from torch._subclasses import fake_tensor as ft
+    kinds = (ft.DynamicOutputShapeException, ft.DataDependentOutputException, ft.UnsupportedOperatorException)
+    chain = []
+    while exc is not None and exc not in chain:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    if any(isinstance(e, kinds) for e in chain):
+        return ("sim cannot run this architecture under fake tensors (an op whose output shape depends on "
+                "tensor values, or with no fake kernel): ")
+    frames = {f.name for e in chain for f in traceback.extract_tb(e.__traceback__)}
+    if "_meta_grouped_mm_common" in frames:
+        return ("sim cannot run this: torch's fake (meta) kernel for grouped_mm, which transformers' MoE experts "
+                "use, takes bf16 inputs only (whether the CUDA kernel falls back for other dtypes is not "
+                "checked here): ")
+    return ""
 
 
 def run(spec: dict) -> dict:

@@ -27,9 +27,16 @@ CACHE = Path(os.environ.get("FT_MEMBENCH_CACHE", Path(__file__).resolve().parent
 KEY_FILE = "ft-membench-key.json"  # beside the weights: what the checkpoint was made from
 
 
-def load_config(path: str, attn: str) -> transformers.PretrainedConfig:
+def load_config(path: str, attn: str, trust_remote_code: bool = False) -> transformers.PretrainedConfig:
+    """The architecture config at ``path`` (a config.json: matrix/models/, a local file, a
+    Hugging Face cache snapshot). A model_type transformers does not know is built from the
+    code beside the file only with ``trust_remote_code`` (the user's opt-in, bench/modelref.py)."""
     raw = {k: v for k, v in json.loads(Path(path).read_text()).items() if not k.startswith("_")}
-    config = transformers.AutoConfig.for_model(**raw)
+    if trust_remote_code and raw.get("auto_map", {}).get("AutoConfig"):
+        config = transformers.AutoConfig.from_pretrained(Path(path).parent, trust_remote_code=True,
+                                                         local_files_only=True)
+    else:
+        config = transformers.AutoConfig.for_model(**raw)
     config._attn_implementation = ATTN[attn]
     config.use_cache = False
     return config
@@ -40,10 +47,38 @@ def param_dtype(knobs: dict) -> torch.dtype:
     return torch.bfloat16 if knobs["precision"] == "bf16" else torch.float32
 
 
+def remote_code(config) -> bool:
+    """Whether ``config`` came from a model's own code (loaded only where the user trusted it)."""
+    return type(config).__module__.startswith("transformers_modules")
+
+
 def random_init(config, knobs: dict, device) -> torch.nn.Module:
     with torch.device(device):
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=param_dtype(knobs))
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=param_dtype(knobs),
+                                                              trust_remote_code=remote_code(config))
     return model
+
+
+def moe_facts(model) -> dict:
+    """What a mixture-of-experts model's record says of its experts: transformers' experts
+    implementation (``grouped_mm`` by default, the CUDA kernel on sm80+, torch >= 2.9), how many
+    parameters sit in fused 3D expert tensors, their dtypes, and whether any is quantized
+    (bitsandbytes 4-bit replaces ``nn.Linear`` modules only: fused experts keep their dtype)."""
+    experts = [m for m in model.modules() if hasattr(m, "num_experts") and not isinstance(m, torch.nn.Linear)
+               and any(p.dim() == 3 for p in m.parameters(recurse=False))]
+    if not experts:
+        return {}
+    params = [p for m in experts for p in m.parameters(recurse=False)]
+    quantized = any(getattr(p, "quant_state", None) is not None for p in params)
+    dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
+    facts = {"experts_implementation": getattr(model.config, "_experts_implementation", None),
+             "expert_modules": len(experts), "expert_params": sum(p.numel() for p in params),
+             "expert_dtypes": dtypes, "experts_quantized": quantized}
+    if not quantized and any(getattr(p, "quant_state", None) is not None for p in model.parameters()):
+        facts["note"] = (f"bitsandbytes 4-bit (transformers' replace_with_bnb_linear) quantizes nn.Linear modules "
+                         f"only: the fused 3D expert weights ({facts['expert_params']:,} params) stay "
+                         f"{'/'.join(dtypes)}, not NF4")
+    return {"moe": facts}
 
 
 def checkpoint_key(config_path: str, seed: int) -> dict:
@@ -63,12 +98,12 @@ def checkpoint_dir(spec: dict) -> Path:
     path = checkpoint_path(spec["model"], checkpoint_key(spec["model_config"], spec["seed"]))
     if not (path / "config.json").is_file():
         subprocess.run([sys.executable, "-m", "bench.worker.models", spec["model_config"], str(spec["seed"]),
-                        spec["model"], str(path)], check=True)
+                        spec["model"], str(path)] + (["trust"] if spec.get("trust_remote_code") else []), check=True)
     return path
 
 
-def save_checkpoint(config_path: str, seed: int, model: str, path: Path) -> None:
-    """python -m bench.worker.models CONFIG.json SEED MODEL OUT_DIR: save the seeded random
+def save_checkpoint(config_path: str, seed: int, model: str, path: Path, trust_remote_code: bool = False) -> None:
+    """python -m bench.worker.models CONFIG.json SEED MODEL OUT_DIR [trust]: save the seeded random
     init there, if OUT_DIR is still the path of the config's content (it was not edited since)."""
     key = checkpoint_key(config_path, seed)
     if checkpoint_path(model, key) != path:
@@ -76,8 +111,9 @@ def save_checkpoint(config_path: str, seed: int, model: str, path: Path) -> None
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     torch.manual_seed(seed)
-    config = load_config(config_path, "sdpa")
-    transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(tmp)
+    config = load_config(config_path, "sdpa", trust_remote_code)
+    transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32,
+                                                  trust_remote_code=remote_code(config)).save_pretrained(tmp)
     (tmp / KEY_FILE).write_text(json.dumps(key, indent=1, sort_keys=True))
     try:
         tmp.rename(path)
@@ -95,7 +131,7 @@ def from_checkpoint(spec: dict, config, knobs: dict, device, **extra) -> torch.n
     if low_cpu:
         kwargs["low_cpu_mem_usage"] = True
     path = checkpoint_dir(spec)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, trust_remote_code=remote_code(config), **kwargs)
     model._bench_load_facts = {"loaded_from": "checkpoint", "name_or_path": str(model.name_or_path),
                                "low_cpu_mem_usage_passed": low_cpu}
     return model
@@ -138,13 +174,21 @@ def load_qlora_base(spec: dict, config, device) -> torch.nn.Module:
 
 def add_lora(model, options: dict, knobs: dict):
     """peft LoRA with the study's options; ``lora-all`` targets every linear layer but the LM
-    head (peft's ``all-linear``), ``dora`` adds DoRA's magnitude vectors."""
+    head (peft's ``all-linear``), ``dora`` adds DoRA's magnitude vectors. ``adapter_dtype``:
+    fp32 (peft's default, which upcasts the adapters) or bf16 (torchtune's: the whole model,
+    adapters included, in bf16)."""
     import peft
     opts = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], **options}
     targets = "all-linear" if knobs["lora_targets"] == "all-linear" else opts["target_modules"]
     config = peft.LoraConfig(r=opts["r"], lora_alpha=opts["alpha"], lora_dropout=opts["dropout"],
                              target_modules=targets, use_dora=knobs["dora"], task_type="CAUSAL_LM")
-    return peft.get_peft_model(model, config)
+    if opts.get("adapter_dtype", "fp32") == "fp32":  # peft's default: adapters upcast to fp32
+        return peft.get_peft_model(model, config)
+    model = peft.get_peft_model(model, config, autocast_adapter_dtype=False)
+    for p in model.parameters():  # bf16 adapters, as torchtune's bf16 recipes train them
+        if p.requires_grad and p.dtype.is_floating_point:
+            p.data = p.data.to(torch.bfloat16)
+    return model
 
 
 def enable_checkpointing(model) -> None:
@@ -158,7 +202,7 @@ def build(spec: dict, device, qlora_base=None) -> torch.nn.Module:
     ``qlora_base(spec, config, device)`` builds QLoRA's 4-bit base (default: this module's,
     from a local checkpoint; sim mode passes one that needs no checkpoint)."""
     knobs = spec["knobs"]
-    config = load_config(spec["model_config"], knobs["attn"])
+    config = load_config(spec["model_config"], knobs["attn"], spec.get("trust_remote_code", False))
     torch.manual_seed(spec["seed"])
     if knobs["adapter"] == "qlora":
         model = (qlora_base or load_qlora_base)(spec, config, device)
@@ -167,6 +211,7 @@ def build(spec: dict, device, qlora_base=None) -> torch.nn.Module:
     else:
         model = random_init(config, knobs, device)
         model._bench_load_facts = {"loaded_from": "random-init"}
+    model._bench_load_facts = {**getattr(model, "_bench_load_facts", {}), **moe_facts(model)}
     if knobs["adapter"] in ("lora", "qlora"):
         model = add_lora(model, spec["options"].get("lora", {}), knobs)
     if knobs.get("cast_module") == "bf16":  # sim's stand-in for DeepSpeed's bf16 engine: its weights
@@ -180,4 +225,4 @@ def build(spec: dict, device, qlora_base=None) -> torch.nn.Module:
 
 
 if __name__ == "__main__":
-    save_checkpoint(sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]))
+    save_checkpoint(sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), sys.argv[5:] == ["trust"])

@@ -37,3 +37,21 @@ def state_tensors(optimizer) -> list:
         out.extend(group["params"])
     from bench.worker.dist import zero_buffers
     return out + zero_buffers(optimizer, "optimizer")
+
+
+# bitsandbytes pages an optimizer state buffer (``get_state_buffer``) when the optimizer is paged
+# and the parameter has at least this many elements; smaller ones are ordinary torch tensors
+BNB_PAGED_MIN_NUMEL = 100_000
+
+
+def paged_state_tensors(optimizer, paged: bool) -> list:
+    """The state tensors a paged bitsandbytes optimizer keeps in CUDA unified memory on a GPU:
+    ``bitsandbytes.functional.get_paged`` allocates them with cudaMallocManaged and wraps them
+    as host tensors (``torch.frombuffer``), so torch's allocator never sees them (they are not
+    in ``torch.cuda.memory_stats()``'s allocated or active bytes). Empty for other optimizers."""
+    if not paged:
+        return []
+    inner = getattr(optimizer, "optimizer", optimizer)
+    return [st[k] for p, st in inner.state.items() if p.numel() >= BNB_PAGED_MIN_NUMEL
+            for k in ("state1", "state2") if isinstance(st.get(k), torch.Tensor)]
+

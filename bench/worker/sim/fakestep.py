@@ -27,7 +27,8 @@ nothing is allocated. What it has to add, each for a stated reason:
 - ``compile``: the decoder layers compiled with ``aot_eager_decomp_partition`` instead of
   inductor (bench/worker/placement.py says what that models).
 - FLOPs: torch.utils.flop_counter's formulas, counted by the tracker over the first step after
-  warm-up (``count_flops``).
+  warm-up (``count_flops``); over the same step, what it costs a GPU (FLOPs per dtype, bytes
+  moved, NF4 dequantization, recomputation: bench/worker/sim/stepcost.py, ``cost``).
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.flop_counter import flop_registry
 
 from bench.worker import cuda_alloc, models
-from bench.worker.sim import cuda_kernels
+from bench.worker.sim import cuda_kernels, stepcost
 from bench.worker.memtrack import MemTracker
 from bench.techniques import BNB_OPTIMIZERS
 
@@ -82,10 +83,12 @@ class FakeRun:
         self.flop_step = spec["warmup_steps"]  # the first timed step: warm-up has built the state
         self.flops = None
         self._counting = None  # FLOPs so far while the FLOP step runs, else None
+        self.cost = stepcost.StepCost(self.knobs, tracker)
         tracker.op_hooks.append(self._after_op)
         self.session = None
         self.mode = None
         self._all_ones = False
+        self._tokens = None
         self._stack = contextlib.ExitStack()
 
     def __enter__(self):
@@ -103,6 +106,7 @@ class FakeRun:
             s.enter_context(swapped(bnbf, "create_dynamic_map", real(bnbf.create_dynamic_map)))
         if self.cuda_model:
             s.enter_context(swapped(torch.nn.functional, "scaled_dot_product_attention", cuda_kernels.cuda_sdpa))
+        s.enter_context(self.cost.patched())
         return self
 
     def __exit__(self, *exc):
@@ -123,6 +127,7 @@ class FakeRun:
                 batch = next(batches, None)
                 mask = None if batch is None else batch.get("attention_mask")
                 self._all_ones = mask is not None and bool(mask.all())
+                self._tokens = None if batch is None else int(batch["real_tokens"])
             if batch is None:
                 return
             fake = {k: self.mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
@@ -144,7 +149,9 @@ class FakeRun:
     def _after_op(self, func, args, kwargs, out) -> None:
         """The tracker's op hook: FLOPs while counting, and CUDA kernels' scratch."""
         if self._counting is not None:
-            self._counting += count_flops(func, args, kwargs, out)
+            flops = count_flops(func, args, kwargs, out)
+            self._counting += flops
+            self.cost.after_op(func, args, kwargs, out, flops)
         if self.cuda_model:
             self.tracker.transient(cuda_kernels.workspace_bytes(func, args, kwargs))
 
@@ -154,10 +161,12 @@ class FakeRun:
             yield
             return
         self._counting = 0
+        self.cost.counting, self.cost.tokens = True, self._tokens
         try:
             yield
         finally:
             self.flops, self._counting = self._counting, None
+            self.cost.counting = False
 
 
 def _gemm_4bit_flops(a, b, shape_b, *args, out_val=None, **kwargs) -> int:
