@@ -21,7 +21,10 @@ RES = CellResources(CELLS, config.get("gpu_models", {}))
 PY = sys.executable  # the interpreter snakemake runs in, wherever PATH points
 CELL_TEST = f"{workflow.basedir}/bench/test_cells.py"
 
-localrules: table, report
+localrules: table, report, fits
+# sim cells get a fits search (bench/fits.py): how far each model x technique goes on each GPU
+FIT_JOBS = 2
+SIM_CELLS = [c for c, spec in CELLS.items() if spec["mode"] == "sim"]
 
 
 def spec_of(wildcards):
@@ -35,6 +38,7 @@ wildcard_constraints:
 rule all:
     input:
         "results/report.html",
+        "results/fits.csv",
         # named too so that a deleted cell JSON is rerun (alone), not silently skipped
         expand("results/cells/{cell}.json", cell=CELLS),
 
@@ -57,6 +61,38 @@ rule cell:
         " --worker-logs results/logs -p no:cacheprovider -q -rA > {log} 2>&1"
 
 
+rule fit:
+    # the largest sequence at batch 1 and batch at the study's length that fit, per GPU: a few
+    # simulations in one warm worker (bench/simpool.py), the cell's own trace reused
+    input:
+        "results/cells/{cell}.json",
+    output:
+        "results/fits/{cell}.json",
+    log:
+        "results/logs/fits/{cell}.log",
+    params:
+        spec=spec_of,
+    threads: FIT_JOBS  # its sample shapes two at a time (Snakemake scales it down to --cores)
+    resources:
+        gpu=0,  # a CPU job on a cluster too (bench/resources.py)
+        cpus_per_task=RES.fit("cpus_per_task", FIT_JOBS),
+        mem_mb=RES.fit("mem_mb", FIT_JOBS),
+        runtime=RES.fit("runtime", FIT_JOBS),
+    shell:
+        "{PY} -m bench.fits --matrix {MATRIX} --cell {wildcards.cell} --out {output} --jobs {threads} > {log} 2>&1"
+
+
+rule fits:
+    input:
+        expand("results/fits/{cell}.json", cell=SIM_CELLS),
+    output:
+        "results/fits.csv",
+    log:
+        "results/logs/fits.log",
+    shell:
+        "{PY} -m bench.fits --matrix {MATRIX} --collect {input} --out {output} > {log} 2>&1"
+
+
 rule table:
     input:
         expand("results/cells/{cell}.json", cell=CELLS),
@@ -72,13 +108,14 @@ rule table:
 
 rule report:
     input:
-        rules.table.output.table,
+        table=rules.table.output.table,
+        fits=rules.fits.output[0],
     output:
         "results/report.html",
     log:
         "results/logs/report.log",
     shell:
-        "{PY} -m report.build {input} --out {output} > {log} 2>&1"
+        "{PY} -m report.build {input.table} --fits {input.fits} --out {output} > {log} 2>&1"
 
 
 # Two results folders compared (report/versus.py); an incomplete comparison fails the job,

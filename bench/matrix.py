@@ -19,6 +19,7 @@ Snakemake rule, whose ``params`` is the spec, reruns a cell exactly when one of 
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -26,7 +27,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from bench import inputs
+from bench import inputs, modelref
 from bench import techniques as tech
 from bench import workloads
 
@@ -87,8 +88,44 @@ def expand(path) -> list[tuple[str, dict]]:
     models_dir = (base / doc.get("models_dir", "models")).resolve()
     gpus = _load_gpus(path, base, doc)
     digests: dict = {}  # {file: digest}, each input file read once per load
+    models = _resolve_models(path, doc, models_dir)
     return [out for study, body in doc["studies"].items()
-            for out in _expand(path, doc, study, body, models_dir, gpus, digests)]
+            for out in _expand(path, doc, study, body, models, gpus, digests)]
+
+
+def _resolve_models(path, doc: dict, models_dir: Path) -> dict[str, modelref.Model]:
+    """{entry as written in a study's models: the model it names} (bench/modelref.py): a name
+    in models_dir, a config path (relative to the matrix's folder) or a Hugging Face id in the
+    local cache; trust_remote_code only where ``model_options`` opts in. transformers is asked
+    once for all of them; two entries that would make one cell name are refused."""
+    options = doc.get("model_options", {})
+    found: dict[str, modelref.Model] = {}
+    where: dict[str, str] = {}
+    for study, body in doc["studies"].items():
+        for i, entry in enumerate(body["models"]):
+            if entry in found:
+                continue
+            where[entry] = f"studies.{study}.models[{i}]"
+            try:
+                model = modelref.resolve(entry, models_dir=models_dir, base=path.parent, check=False)
+            except modelref.ModelError as exc:
+                raise MatrixError(path, where[entry], str(exc)) from None
+            trust = options.get(entry, options.get(model.name, {})).get("trust_remote_code", False)
+            found[entry] = dataclasses.replace(model, trust_remote_code=trust)
+    names: dict[str, str] = {}
+    for entry, model in found.items():
+        other = names.setdefault(model.name, entry)
+        if other != entry and found[other].path != model.path:
+            raise MatrixError(path, where[entry], f"models {other!r} and {entry!r} both make the cell name "
+                                               f"{model.name!r}: give one a config file of another name")
+    unused = sorted(set(options) - set(found) - {m.name for m in found.values()})
+    if unused:
+        raise MatrixError(path, f"model_options.{unused[0]}", "names no model of any study")
+    try:
+        return dict(zip(found, modelref.check_all(list(found.values()))))
+    except modelref.ModelError as exc:
+        entry = next((e for e, m in found.items() if str(exc).startswith(f"model {m.source}:")), "")
+        raise MatrixError(path, where.get(entry, "models"), str(exc)) from None
 
 
 def _unique(path, expanded: list[tuple[str, dict]]) -> dict[str, dict]:
@@ -179,7 +216,7 @@ def _load_gpus(path, base: Path, doc: dict) -> dict:
     return {**gpus, **doc.get("gpus", {})}
 
 
-def _expand(path, doc, study, body, models_dir, gpus, digests):
+def _expand(path, doc, study, body, models, gpus, digests):
     where = f"studies.{study}"
     mode = body["mode"]
     shape = {**doc.get("defaults", {}), **{k: body[k] for k in SHAPE_KEYS if k in body}}
@@ -189,13 +226,10 @@ def _expand(path, doc, study, body, models_dir, gpus, digests):
     shape.setdefault("timeout_s", 900)
     shape.setdefault("seed", 0)
     ctx = {"path": path, "where": where, "mode": mode, "shape": shape, "gpus": gpus, "study_gpus": body["gpus"],
-           "models_dir": models_dir, "published": body.get("published", {}),
+           "models": models, "published": body.get("published", {}),
            "options": {k: {**doc.get("technique_options", {}).get(k, {}), **v}
                        for k, v in {"lora": {}, **body.get("technique_options", {})}.items()},
            "ds_dir": (path.parent / doc.get("deepspeed_dir", "deepspeed")).resolve(), "digests": digests}
-    for i, model in enumerate(body["models"]):
-        if not (models_dir / f"{model}.json").is_file():
-            raise MatrixError(path, f"{where}.models[{i}]", f"no model config {models_dir / (model + '.json')}")
     for i, gpu in enumerate(body["gpus"]):
         if gpu not in gpus:
             raise MatrixError(path, f"{where}.gpus[{i}]", f"unknown gpu {gpu!r} (known: {', '.join(sorted(gpus))})")
@@ -218,18 +252,20 @@ def _expand(path, doc, study, body, models_dir, gpus, digests):
         combos.insert(0, (where, ["baseline"], tech.knobs(["baseline"])))
     excludes = body.get("exclude", [])
     device_axis = ["sim"] if mode == "sim" else body["gpus"]
-    for model, gpu, (key, names, knobs) in itertools.product(body["models"], device_axis, combos):
-        if any(_excluded(rule, model, gpu, names) for rule in excludes):
+    for entry, gpu, (key, names, knobs) in itertools.product(body["models"], device_axis, combos):
+        model = models[entry]
+        if any(_excluded(rule, (entry, model.name), gpu, names) for rule in excludes):
             continue
         yield key, _spec(ctx, study, model, gpu, names, knobs)
 
 
-def _excluded(rule: dict, model: str, gpu: str, names: list[str]) -> bool:
-    return (rule.get("model", model) == model and rule.get("gpu", gpu) == gpu
+def _excluded(rule: dict, model: tuple[str, str], gpu: str, names: list[str]) -> bool:
+    """Whether ``rule`` drops the cell; its model may be written as in models: or as the cell name."""
+    return (rule.get("model", model[0]) in model and rule.get("gpu", gpu) == gpu
             and set(rule.get("techniques", "").split("+")) <= set(names) | {""})
 
 
-def _spec(ctx: dict, study: str, model: str, gpu: str, names: list[str], knobs: dict) -> dict:
+def _spec(ctx: dict, study: str, model: modelref.Model, gpu: str, names: list[str], knobs: dict) -> dict:
     path, where, mode, shape, options = ctx["path"], ctx["where"], ctx["mode"], ctx["shape"], ctx["options"]
     batch = knobs["batch_size"] or shape["batch_size"]
     if batch % knobs["accum"]:
@@ -238,18 +274,17 @@ def _spec(ctx: dict, study: str, model: str, gpu: str, names: list[str], knobs: 
     device = ctx["gpus"][gpu] if mode != "sim" else None
     cell_options = {"lora": options.get("lora", {})} if knobs["adapter"] else {}
     inputs = _inputs(ctx, model, gpu, names, knobs, cell_options)  # reads (and validates) the model config first
-    bad = workloads.load_problem(ctx["models_dir"] / f"{model}.json", knobs)
+    bad = workloads.load_problem(model.path, knobs)
     if bad:
         raise MatrixError(path, f"{where}.techniques", f"{'+'.join(names)}: {bad}")
     ds = ctx["ds_dir"] / f"{knobs['dist']}.json"
     if (knobs["dist"] or "").startswith("zero") and not ds.is_file():
         raise MatrixError(path, f"{where}.techniques", f"{'+'.join(names)}: no DeepSpeed config {ds}")
     return {
-        "cell": cell_id(model, gpu, names),
+        "cell": cell_id(model.name, gpu, names),
         "study": study,
-        "baseline_cell": cell_id(model, gpu, ["baseline"]),
-        "model": model,
-        "model_config": str(ctx["models_dir"] / f"{model}.json"),
+        "baseline_cell": cell_id(model.name, gpu, ["baseline"]),
+        **model.spec_fields(),
         "gpu": gpu,
         "gpu_memory_bytes": device["memory_bytes"] if device else None,
         "mode": mode,
@@ -265,24 +300,32 @@ def _spec(ctx: dict, study: str, model: str, gpu: str, names: list[str], knobs: 
         "seed": shape["seed"],
         "ds_config": str(ds) if (knobs["dist"] or "").startswith("zero") else None,
         "verdict_gpus": {g: ctx["gpus"][g] for g in ctx["study_gpus"]} if mode == "sim" else {},
-        "skip_reason": tech.skip_reason(names, knobs, mode),
+        "skip_reason": tech.skip_reason(names, knobs, mode) or model.skip_reason,
         "inputs_sha256": inputs,
         **({"published": ctx["published"]["+".join(names)]} if "+".join(names) in ctx["published"] else {}),
     }
 
 
-def _inputs(ctx: dict, model: str, gpu: str, names: list[str], knobs: dict, options: dict) -> dict:
+def _inputs(ctx: dict, model: modelref.Model, gpu: str, names: list[str], knobs: dict, options: dict) -> dict:
     """Digests of the content of each thing the cell depends on (bench/inputs.py)."""
     ds = ctx["ds_dir"] / f"{knobs['dist']}.json" if (knobs["dist"] or "").startswith("zero") else None
     used = tuple(ctx["study_gpus"]) if ctx["mode"] == "sim" else (gpu,)
     return {
-        "model_config": _file_digest(ctx, ctx["models_dir"] / f"{model}.json", "model config"),
+        "model_config": _model_digest(ctx, model),
         "ds_config": _file_digest(ctx, ds, "DeepSpeed config") if ds else None,
         "gpus": _memo(ctx, ("gpus", used), lambda: {g: ctx["gpus"][g] for g in used}),
         "techniques": _memo(ctx, ("techniques", tuple(names)),
                             lambda: [[inputs.technique_entry(tech.lookup(n)) for n in names], knobs]),
         "options": inputs.digest(options),
     }
+
+
+def _model_digest(ctx: dict, model: modelref.Model) -> str:
+    """The digest of what the model is built from (its config; its code where trusted), once per load."""
+    key = ("model", model.path, model.trust_remote_code)
+    if key not in ctx["digests"]:
+        ctx["digests"][key] = model.digest()
+    return ctx["digests"][key]
 
 
 def _memo(ctx: dict, key, content) -> str:
@@ -295,8 +338,5 @@ def _memo(ctx: dict, key, content) -> str:
 def _file_digest(ctx: dict, file: Path, what: str) -> str:
     """The digest of a JSON input's content (read and checked once per load)."""
     if file not in ctx["digests"]:
-        doc = _read_json(file, what)
-        if what == "model config" and not isinstance(doc.get("model_type"), str):
-            raise MatrixError(file, "model_type", "missing: transformers needs it to build the architecture")
-        ctx["digests"][file] = inputs.digest(doc)
+        ctx["digests"][file] = inputs.digest(_read_json(file, what))
     return ctx["digests"][file]

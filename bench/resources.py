@@ -19,6 +19,10 @@ Snakemake's standard resources, so the local executor and executor plugins alike
   ``--set-resources cell:mem_mb=...``); sim cells 8 GiB (fake tensors allocate nothing).
 - ``runtime`` (minutes): the cell's time limit (already world size x the study's) plus
   10 minutes for start-up and the pytest wrapper.
+
+A sim cell's fits search (the Snakefile's ``fit`` rule, bench/fits.py) is a CPU job too: no
+GPU, one core and one warm sim worker (``SIM_MB``) per simulation it runs at once, and up to
+``FIT_SIMULATIONS`` simulations of the cell's time limit, shared among those workers.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ RANK_OVERHEAD_MB = 2048
 HOST_MB_PER_GPU = 32768
 SIM_MB = 8192
 STARTUP_MIN = 10
+FIT_SIMULATIONS = 12  # 3 lengths x 2 batches, a check per axis, and the replays' slack
 SLURM_SAFE = re.compile(r"[^A-Za-z0-9_.]")
 
 
@@ -54,6 +59,15 @@ def mem_mb(spec: dict) -> int:
 
 def runtime(spec: dict) -> int:
     return math.ceil(spec["timeout_s"] / 60) + STARTUP_MIN
+
+
+def fit_resources(spec: dict, jobs: int) -> dict:
+    """The resources of ``spec``'s fits search, running ``jobs`` simulations at once."""
+    if spec["mode"] != "sim":
+        raise ValueError(f"{spec['cell']}: only sim cells are searched (mode {spec['mode']})")
+    jobs = max(1, jobs)
+    return {"gpu": 0, "cpus_per_task": jobs, "mem_mb": jobs * SIM_MB,
+            "runtime": math.ceil(FIT_SIMULATIONS * spec["timeout_s"] / 60 / jobs) + STARTUP_MIN}
 
 
 def resources_of(spec: dict, gpu_models: dict | None = None) -> dict:
@@ -83,3 +97,7 @@ class CellResources:
 
     def runtime(self, wildcards) -> int:
         return runtime(self.cells[wildcards.cell])
+
+    def fit(self, name: str, jobs: int):
+        """A resource function of the ``fit`` rule: ``resources: mem_mb=RES.fit("mem_mb", 2)``."""
+        return lambda wildcards: fit_resources(self.cells[wildcards.cell], jobs)[name]

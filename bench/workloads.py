@@ -68,9 +68,11 @@ def kv_bytes_per_token(limits: dict, dtype_bytes: int = 2) -> int:
 
 def load_problem(config_path, knobs: dict) -> str:
     """Why a cell's workload settings cannot be run for this model ('' when they can)."""
-    limit = model_limits(config_path)["max_position_embeddings"]
     want = knobs.get("max_model_len")
-    if want and limit and want > limit:
+    if not want:
+        return ""
+    limit = model_limits(config_path)["max_position_embeddings"]
+    if limit and want > limit:
         return (f"max_model_len {want} is beyond the model's max_position_embeddings {limit} (vLLM refuses it: "
                 f"'User-specified max_model_len ({want}) is greater than the derived max_model_len')")
     return ""

@@ -58,7 +58,7 @@ def test_exclude_drops_matching_cells(matrix_file):
     ({"techniques": ["qlora+fp32"]}, "studies.s.techniques[0]", "cannot be combined with fp32"),
     ({"techniques": ["gc+w2"]}, "studies.s.techniques[0]", "needs a sharding technique"),
     ({"techniques": ["LoRA"]}, "studies.s.techniques.0", "does not match"),
-    ({"models": ["tiny-lama"]}, "studies.s.models[0]", "no model config"),
+    ({"models": ["tiny-lama"]}, "studies.s.models[0]", "model tiny-lama: not a name in"),
     ({"gpus": ["h100"]}, "studies.s.gpus[0]", "unknown gpu 'h100'"),
     ({"gpus": ["h100-80gb"]}, "studies.s.gpus[0]", "cpu mode needs a cpu gpu profile"),
     ({"mode": "gpu"}, "studies.s.mode", "is not one of"),
@@ -242,17 +242,19 @@ def test_a_good_gpus_file_loads(matrix_file, tmp_path):
     assert cells["tiny-llama__cpu-small__gc"]["gpu_memory_bytes"] == 1 << 30
 
 
-@pytest.mark.parametrize("text, key, reason", [
-    ("{not json", "<top>", "not valid JSON"),
-    ("[1, 2]", "<top>", "a model config must be a JSON object, not list"),
-    ('{"hidden_size": 8}', "model_type", "missing"),
+@pytest.mark.parametrize("text, reason", [
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "a model config must be a JSON object, not list"),
+    ('{"hidden_size": 8}', "model_type missing"),
 ])
-def test_a_bad_model_config_names_the_file(matrix_file, tmp_path, text, key, reason):
+def test_a_bad_model_config_names_the_file(matrix_file, tmp_path, text, reason):
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "bad.json").write_text(text)
+    path = matrix_file({"s": dict(STUDY, models=["bad"])}, models_dir=str(tmp_path / "models"))
     with pytest.raises(matrix.MatrixError) as err:
-        matrix.load(matrix_file({"s": dict(STUDY, models=["bad"])}, models_dir=str(tmp_path / "models")))
-    assert str(err.value).startswith(f"{tmp_path / 'models' / 'bad.json'}: {key}: {reason}"), str(err.value)
+        matrix.load(path)
+    assert str(err.value).startswith(f"{path}: studies.s.models[0]: model {tmp_path / 'models' / 'bad.json'}: "
+                                     f"{reason}"), str(err.value)
 
 
 def test_inputs_digest_changes_for_exactly_the_cells_whose_inputs_changed(matrix_file, tmp_path, monkeypatch):

@@ -53,18 +53,38 @@ def test_cpu_and_sim_cells_ask_for_no_gpu(cells):
     assert cpu["runtime"] == specs["tiny-llama__cpu__zero3+w2"]["timeout_s"] // 60 + 10
 
 
-def dry_run_resources(stdout: str) -> dict[str, dict[str, str]]:
-    """{cell: {resource: value}} from the job listing of `snakemake -n`."""
-    out, cell = {}, None
+def dry_run_resources(stdout: str) -> dict[str, dict[str, dict[str, str]]]:
+    """{rule: {cell: {resource: value}}} from the job listing of `snakemake -n`."""
+    out, rule, cell = {}, None, None
     for line in stdout.splitlines():
+        m = re.match(r"(?:local)?rule (\w+):", line)
+        if m:
+            rule, cell = m.group(1), None
         m = re.match(r"\s+wildcards: cell=(\S+)", line)
         if m:
             cell = m.group(1)
         m = re.match(r"\s+resources: (.*)", line)
         if m and cell:
-            out[cell] = dict(item.split("=", 1) for item in m.group(1).split(", "))
+            out.setdefault(rule, {})[cell] = dict(item.split("=", 1) for item in m.group(1).split(", "))
             cell = None
     return out
+
+
+def test_the_dry_run_parser_keeps_each_rules_jobs_apart():
+    listing = ("rule cell:\n    wildcards: cell=a__sim__x\n    resources: gpu=0, mem_mb=8192\n\n"
+               "rule fit:\n    wildcards: cell=a__sim__x\n    resources: gpu=0, mem_mb=16384\n")
+    jobs = dry_run_resources(listing)
+    assert jobs["cell"]["a__sim__x"]["mem_mb"] == "8192" and jobs["fit"]["a__sim__x"]["mem_mb"] == "16384"
+
+
+def test_a_fits_search_asks_for_no_gpu_and_a_worker_per_job(cells):
+    _, specs = cells
+    spec = specs["llama-3.1-8b__sim__zero3+w8"]
+    fit = resources.fit_resources(spec, 2)
+    assert fit["gpu"] == 0 and fit["cpus_per_task"] == 2 and fit["mem_mb"] == 2 * resources.SIM_MB
+    assert fit["runtime"] > resources.runtime(spec)
+    with pytest.raises(ValueError, match="only sim cells"):
+        resources.fit_resources(specs["tiny-llama__cpu__zero3+w2"], 2)
 
 
 @pytest.mark.slow
@@ -77,8 +97,14 @@ def test_dry_run_with_the_slurm_profile_requests_gpus_per_job(cells, tmp_path):
            "--config", f"matrix={path}", "gpu_models={h100-80gb: h100}", "--", "all"]
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    jobs = dry_run_resources(run.stdout)
+    listing = dry_run_resources(run.stdout)
+    jobs = listing["cell"]
     assert set(jobs) == set(specs)
+    sims = {c for c, s in specs.items() if s["mode"] == "sim"}
+    assert set(listing["fit"]) == sims  # each sim cell's fits search is a job of its own
+    for cell in sims:
+        want = resources.fit_resources(specs[cell], 2)
+        assert {k: listing["fit"][cell].get(k) for k in want} == {k: str(v) for k, v in want.items()}, cell
     for cell, spec in specs.items():
         want = resources.resources_of(spec, GPU_MODELS)
         got = jobs[cell]

@@ -1,0 +1,299 @@
+"""ft-membench fit MODEL --gpu GPU: will this fine-tune fit on my card, and how far can I go?
+
+    ft-membench fit qwen2.5-7b --gpu rtx-4090
+    ft-membench fit llama-3.1-8b --gpu a100-40gb --techniques lora+gc+bf16,qlora+gc --seq 4096 --batch 2
+
+The whole-step counterpart of ``accelerate estimate-memory`` (weights and Adam only): for each
+technique, the simulated training step's verdict on the GPU (bench/verdicts.py), what it needs
+(the modelled reserved peak) against what the card offers, the largest sequence at batch 1 and
+the largest batch at the sequence length that fit (bench/fits.py), and the estimated speed
+where the record has a speed model. Without ``--techniques``: the techniques of the default
+matrix's 7-8B study, and the best recipes among them (those that fit, fastest first where a
+speed model exists, else those that go furthest).
+
+It shares all its code with the matrix path: the spec comes from bench.matrix (a one-study
+matrix written for the question), a missing simulation runs in the warm sim worker
+(bench/simpool.py) exactly as the cell's Snakemake job would, and the searches are
+bench.fits'. Answers already computed are reused, never approximated: a cell record in
+``results/cells`` or ``results/reference/cells`` made from the same inputs (inputs_sha256,
+shape) by the same library versions, and a search in ``results/fits/`` for the same inputs;
+each line says where its answer came from. A simulation is deterministic, so a reused record
+is the one a new run would write. Torch-free.
+
+Bad input (an unknown model or GPU or technique, a negative or absurd shape) is one line on
+stderr naming what is wrong, exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+import yaml
+
+from bench import atomic, fits, inputs, matrix, verdicts
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_STUDY = "sim-7b-8b"  # its techniques are the default list
+MAX_SEQ = 1 << 20
+MAX_BATCH = 1 << 16
+GiB = 2**30
+
+
+class Usage(ValueError):
+    """Bad input: the message is the one line printed."""
+
+
+def default_techniques() -> list[str]:
+    doc = yaml.load(matrix.DEFAULT_MATRIX.read_text(), Loader=matrix.SAFE_LOADER)
+    return list(doc["studies"][DEFAULT_STUDY]["techniques"])
+
+
+def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: int | None) -> dict[str, dict]:
+    """{cell: spec} for the question, through the matrix loader: the study is judged against
+    every cuda profile of matrix/gpus.yaml (as the default matrix's sim studies are), so its
+    records are the matrix's own where the shape agrees."""
+    base = matrix.DEFAULT_MATRIX.parent
+    gpus = yaml.load((base / "gpus.yaml").read_text(), Loader=matrix.SAFE_LOADER)
+    if gpu not in gpus or gpus[gpu].get("kind") != "cuda":
+        known = ", ".join(g for g, p in gpus.items() if p.get("kind") == "cuda")
+        raise Usage(f"unknown gpu {gpu!r} (known: {known})")
+    for name, value, top in (("--seq", seq, MAX_SEQ), ("--batch", batch, MAX_BATCH)):
+        if value is not None and not 1 <= value <= top:
+            raise Usage(f"{name} {value}: must be between 1 and {top}")
+    doc = {
+        "models_dir": str(base / "models"), "gpus_file": str(base / "gpus.yaml"),
+        "deepspeed_dir": str(base / "deepspeed"),
+        "technique_options": yaml.load(matrix.DEFAULT_MATRIX.read_text(),
+                                       Loader=matrix.SAFE_LOADER).get("technique_options", {}),
+        "studies": {"fit": {
+            "mode": "sim", "models": [model], "gpus": [g for g, p in gpus.items() if p.get("kind") == "cuda"],
+            "batch_size": batch or 1, "seq_len": seq or 2048, "steps": 1, "warmup_steps": 1, "timeout_s": 600,
+            "techniques": techniques,
+            **({} if "baseline" in techniques else {"exclude": [{"techniques": "baseline"}]}),
+        }},
+    }
+    with tempfile.TemporaryDirectory(prefix="ftmb-fit-") as tmp:
+        path = Path(tmp, "fit.yaml")
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        try:
+            cells = matrix.load(path)
+        except matrix.MatrixError as exc:
+            # the matrix loader resolves model names (and, where it accepts them, config paths and
+            # Hugging Face ids): what it refuses is refused here, in its words
+            text = str(exc).replace(f"{path}: ", "")
+            if text.startswith("studies.fit.models[0]: "):  # the resolver's words name the known models
+                raise Usage(f"unknown model {model!r}: {text.split(': ', 1)[1]}") from None
+            raise Usage(text.replace("studies.fit.", "")) from None
+    return cells
+
+
+SAME_SHAPE = ("inputs_sha256", "batch_size", "seq_len", "steps", "warmup_steps", "seed", "knobs", "options")
+
+
+def versions() -> dict:
+    out = {}
+    for pkg in ("torch", "transformers", "peft", "bitsandbytes", "deepspeed", "accelerate"):
+        try:
+            out[pkg] = metadata.version(pkg).split("+")[0]
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def record_paths(spec: dict, results: Path) -> list[Path]:
+    """Where a record of this cell may be: the workflow's, the reference's, this command's own
+    (``results/fits-cli/cells/``, any shape)."""
+    own = results / "fits-cli" / "cells" / f"{spec['cell']}.b{spec['batch_size']}.s{spec['seq_len']}.json"
+    return [*(r / "cells" / f"{spec['cell']}.json" for r in dict.fromkeys([results, ROOT / "results"])),
+            ROOT / "results" / "reference" / "cells" / f"{spec['cell']}.json", own]
+
+
+def stored_record(spec: dict, paths: list[Path], here: dict) -> tuple[dict, str] | tuple[None, None]:
+    """A record of this cell with the same inputs, shape and library versions, and where."""
+    for path in paths:
+        try:
+            doc = json.loads(path.read_text())
+            rec = doc["benchmarks"][0]["extra_info"] if "benchmarks" in doc else doc
+        except (OSError, ValueError, KeyError, IndexError):
+            continue
+        if rec.get("status") != "ok" or any(rec.get(k) != spec[k] for k in SAME_SHAPE if k in rec):
+            continue
+        theirs = {k: (v or "").split("+")[0] or None for k, v in rec.get("versions", {}).items() if k in here}
+        if theirs != here:
+            continue
+        return rec, str(path)
+    return None, None
+
+
+def fits_paths(spec: dict, results: Path, gpu: str) -> list[Path]:
+    """Where a search of this cell may be, first found first: in this results folder, then the
+    project's, the workflow's per-cell search (fits/, the matrix's shape, every GPU of the
+    study), this command's own (fits-cli/, any shape, one GPU) and the workflow's table
+    (fits.csv); last the reference's table."""
+    own = f"{spec['cell']}.b{spec['batch_size']}.s{spec['seq_len']}.{gpu}.json"
+    out = []
+    for r in dict.fromkeys([results, ROOT / "results"]):
+        out += [r / "fits" / f"{spec['cell']}.json", r / "fits-cli" / own, r / "fits.csv"]
+    return [*out, ROOT / "results" / "reference" / "fits.csv"]
+
+
+def own_fits_path(spec: dict, results: Path, gpu: str) -> Path:
+    return fits_paths(spec, results, gpu)[1]
+
+
+def stored_fits(spec: dict, results: Path, gpu: str) -> tuple[dict, str] | tuple[None, None]:
+    """A search of this cell on ``gpu`` made from the same inputs at the same shape, and where."""
+    digest = inputs.digest(spec["inputs_sha256"])
+    shape = (str(spec["seq_len"]), str(spec["batch_size"]))
+    for path in fits_paths(spec, results, gpu):
+        if path.suffix == ".csv":
+            try:
+                with open(path, newline="") as fh:
+                    for row in csv.DictReader(fh):
+                        if (row.get("cell"), row.get("gpu"), row.get("inputs_sha256")) == (spec["cell"], gpu, digest) \
+                                and (row.get("seq_len"), row.get("batch_size")) == shape:
+                            return {"rows": [{k: (v if v != "" else None) for k, v in row.items()}]}, str(path)
+            except OSError:
+                pass
+            continue
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        rows = doc.get("rows") or [{}]
+        if doc.get("inputs_sha256") == spec["inputs_sha256"] and any(r.get("gpu") == gpu for r in rows) and \
+                (str(rows[0].get("seq_len")), str(rows[0].get("batch_size"))) == shape:
+            return doc, str(path)
+    return None, None
+
+
+def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print, jobs: int = 1) -> list[dict]:
+    """One line of the answer per technique (dicts), simulating and searching what is missing."""
+    from bench.simpool import SimPool
+    here = versions()
+    out = []
+    with SimPool(jobs) as pool:
+        for cid, spec in cells.items():
+            line = {"technique": "+".join(spec["techniques"]), "cell": cid}
+            rec, where = stored_record(spec, record_paths(spec, results), here)
+            if rec is None and spec["skip_reason"]:
+                line.update(verdict="skipped", reason=spec["skip_reason"])
+                out.append(line)
+                continue
+            if rec is None:
+                say(f"  simulating {cid} (warm worker) ...")
+                rec = pool.run_cell(spec, results / "logs" / "fit" / f"{cid}.log")
+                rec.pop("_trace", None)
+                keep = record_paths(spec, results)[-1]
+                atomic.write_json(keep, rec)
+                where = f"simulated now (kept in {keep})"
+            line.update(record=rec, source=where, verdict=(rec.get("verdicts") or {}).get(gpu, rec.get("status")))
+            doc, fits_from = stored_fits(spec, results, gpu)
+            if doc is None and search and rec.get("status") == "ok":
+                say(f"  searching {cid} on {gpu} ...")
+                doc = fits.search(dict(spec, verdict_gpus={gpu: spec["verdict_gpus"][gpu]}), pool.run_cell,
+                                  simulate_many=pool.run_many)
+                doc.update(cell=cid, inputs_sha256=spec["inputs_sha256"])
+                path = own_fits_path(spec, results, gpu)
+                atomic.write_json(path, doc)
+                fits_from = f"searched now ({len(doc['simulated'])} simulations, {doc['s']} s; kept in {path})"
+            row = next((r for r in (doc or {}).get("rows", []) if r["gpu"] == gpu), None)
+            line.update(fit=row, fits_source=fits_from if row else "not searched")
+            out.append(line)
+    return out
+
+
+def speed(rec: dict, gpu: str) -> str:
+    est = ((rec or {}).get("details") or {}).get("speed_model", {}).get(gpu)
+    if not est or est.get("step_s") is None:
+        return "no speed model"
+    return f"{est['step_s']:.2f} s/step, {est['tokens_per_s']:.0f} tokens/s (modelled)"
+
+
+def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -> str:
+    cap = verdicts.capacity(profile)
+    out = [f"{model} on {gpu} ({profile.get('label', gpu)}): {profile['memory_bytes'] / GiB:.1f} GiB, "
+           f"{cap / GiB:.1f} GiB usable after the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB CUDA reserve",
+           "simulated (fake tensors, counted as CUDA would allocate; reserved memory modelled), not measured on a GPU",
+           ""]
+    head = (f"{'technique':<28} {'verdict':<8} {'need GiB':>9} {'usable':>7}  {'largest seq at batch 1':<47} "
+            f"{'largest batch':<40} speed")
+    out += [head, "-" * len(head)]
+    for ln in lines:
+        rec = ln.get("record") or {}
+        need = rec.get("modelled_reserved_peak_bytes")
+        row = ln.get("fit")
+        seq = fits.answer_text(row, "seq") if row else "not searched"
+        bat = fits.answer_text(row, "batch") if row else "not searched"
+        need_s = f"{need / GiB:9.2f}" if need else f"{'-':>9}"
+        out.append(f"{ln['technique']:<28} {ln['verdict'] or '?':<8} {need_s} {cap / GiB:>7.2f}  {seq:<47.47} "
+                   f"{bat:<40.40} {speed(rec, gpu)}")
+        if ln.get("reason"):
+            out.append(f"    {ln['reason']}")
+    out.append("")
+    out.append("need: the modelled reserved peak of one step (per rank for ZeRO/FSDP); usable: what the allocator may "
+               "reserve. Where each answer came from:")
+    for ln in lines:
+        out.append(f"  {ln['technique']}: record {_short(ln.get('source', '-'))}; fits {_short(ln.get('fits_source', '-'))}")
+    if best:
+        good = [ln for ln in lines if ln.get("verdict") == "fits"]
+
+        def key(ln):
+            est = ((ln["record"].get("details") or {}).get("speed_model") or {}).get(gpu) or {}
+            reach = (ln.get("fit") or {}).get("max_seq_at_batch1") or 0
+            return (est.get("step_s") if est.get("step_s") is not None else float("inf"), -int(reach or 0))
+        good.sort(key=key)
+        out.append("")
+        out.append("best recipes (fit; fastest first where a speed model exists, else furthest reach):"
+                   if good else "best recipes: none of these fits")
+        for ln in good[:5]:
+            row = ln.get("fit")
+            reach = f"largest sequence at batch 1: {fits.answer_text(row, 'seq')}" if row else "not searched"
+            out.append(f"  {ln['technique']}: {reach}; {speed(ln['record'], gpu)}")
+    return "\n".join(out)
+
+
+def _short(text) -> str:
+    """Paths under the working directory or the project, relative."""
+    for base in (Path.cwd(), ROOT):
+        text = str(text).replace(f"{base}/", "")
+    return text
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="ft-membench", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    fit = sub.add_parser("fit", help="will MODEL fine-tune on GPU, and how far can it go")
+    fit.add_argument("model")
+    fit.add_argument("--gpu", required=True)
+    fit.add_argument("--techniques", help="comma-separated, e.g. lora+gc+bf16,qlora+gc (default: the 7-8B study's)")
+    fit.add_argument("--seq", type=int, help="sequence length (default 2048)")
+    fit.add_argument("--batch", type=int, help="batch size (default 1)")
+    fit.add_argument("--results", default="results", help="results folder to reuse and write into")
+    fit.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                     help="simulations at once (default: 2, or 1 on a 1-core machine)")
+    fit.add_argument("--no-search", action="store_true", help="answer from records only, search nothing")
+    args = ap.parse_args(argv)
+    techniques = [t.strip() for t in args.techniques.split(",") if t.strip()] if args.techniques else None
+    try:
+        if techniques == []:
+            raise Usage("--techniques: empty list")
+        cells = specs(args.model, args.gpu, techniques or default_techniques(), args.seq, args.batch)
+    except Usage as exc:
+        print(f"ft-membench: {exc}", file=sys.stderr)
+        return 2
+    profile = next(iter(cells.values()))["verdict_gpus"][args.gpu]
+    lines = answer(cells, args.gpu, Path(args.results), search=not args.no_search,
+                   say=lambda m: print(m, file=sys.stderr), jobs=args.jobs)
+    print(render(lines, args.gpu, profile, args.model, best=techniques is None))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

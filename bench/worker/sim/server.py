@@ -1,0 +1,81 @@
+"""A warm sim worker: imports once, runs each cell in a fresh fork of itself.
+
+    python -m bench.worker.sim.server          # started by bench/simpool.py, never by hand
+
+A fresh sim worker spends about 5 s importing torch, transformers, peft, bitsandbytes and
+DeepSpeed before its first fake op. This process pays that once, then reads one request per
+line on stdin, ``{"spec": SPEC.json, "out": RECORD.json, "log": LOG}``, and for each forks a
+child that runs exactly what ``python -m bench.worker SPEC.json RECORD.json`` runs
+(``bench.worker.main.main``), with stdout and stderr to LOG. The parent never runs a step, so
+every child starts from the same state: the imports, nothing else (no model, no fake-tensor
+cache entries, no tracker). A child's record is the record of that cell run alone in a fresh
+process, to the byte outside the fields bench/identical.py excludes (tests/test_simpool.py).
+
+Replies, one JSON line each on stdout: ``{"ready": pid}`` once imported, then per request
+``{"pid": child}`` when it starts and ``{"exit": code}`` when it ends (a negative code: killed
+by that signal). Only sim cells come here: cpu and cuda cells keep their own fresh process
+(bench/launch.py). The server dies with its parent (bench/lifeline.py) and its children with it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def _warm() -> None:
+    """Import what a sim cell imports (bench/worker/main.py, simulate.py and what they load)."""
+    import bitsandbytes  # noqa: F401
+    import peft  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    from bench.worker import main  # noqa: F401
+    from bench.worker.sim import simulate  # noqa: F401
+
+
+def _child(req: dict) -> int:
+    fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    sys.stderr = os.fdopen(2, "w", buffering=1)
+    from bench.worker import main
+    try:
+        return main.main(req["spec"], req["out"])
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def serve(inp) -> None:
+    from bench import lifeline
+    lifeline.die_with_parent()
+    out = os.fdopen(os.dup(1), "w")  # replies only: what libraries print goes to stderr
+    os.dup2(2, 1)
+    _warm()
+    reply = out.write
+    reply(json.dumps({"ready": os.getpid()}) + "\n")
+    out.flush()
+    for line in inp:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:  # the child: one cell, then gone (os._exit: no parent's atexit, no flush of its buffers)
+            code = 1
+            try:
+                code = _child(req)
+            finally:
+                os._exit(code)
+        reply(json.dumps({"pid": pid}) + "\n")
+        out.flush()
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        reply(json.dumps({"exit": code}) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    serve(sys.stdin)

@@ -1,0 +1,201 @@
+"""The fits search (bench/fits.py, bench/interp.py) and the warm sim worker (bench/simpool.py).
+
+Fast tests hold the pieces that need no simulation: the interpolation's exactness checks on
+made-up traces, the per-GPU bisection against a scan of the grid. Slow tests simulate a tiny
+model for real: the interpolated trace against full simulations at shapes it never sampled,
+the search's answers against every grid point simulated, and a warm worker's record against
+the same cell run alone in a fresh process.
+"""
+import random
+
+import pytest
+
+from bench import fits, interp, launch, matrix, verdicts
+from bench import identical
+from bench.simpool import SimPool
+
+MiB = 2**20
+
+
+def made_up(sizes: list[int], kinds=None) -> dict:
+    n = len(sizes)
+    kinds = kinds or [1] * n
+    return {"columns": {"kind": kinds, "serial": list(range(n)), "bytes": sizes, "step": [0] * n,
+                        "phase": [0] * n, "op": [0] * n, "category": [0] * n},
+            "ops": ["(direct)"], "reset_at": 0, "dropped_events": 0, "categories": ["other"], "phases": ["other"]}
+
+
+def test_interpolation_is_exact_for_a_quadratic_family():
+    def sizes(s):
+        return [4096, 2 * s * 4096, 8 * s * s + 512 * s, 1000]
+    fit = interp.AxisFit.from_traces({s: made_up(sizes(s)) for s in (256, 512, 1024, 2048)}, degree=2)
+    assert fit.at(131072)["columns"]["bytes"] == sizes(131072)
+    assert fit.at(768)["columns"]["bytes"] == sizes(768)
+
+
+def test_interpolation_refuses_what_is_not_one_family():
+    with pytest.raises(interp.NotExact, match="kind events"):
+        interp.AxisFit.from_traces({1: made_up([1, 2]), 2: made_up([1, 2], [1, 0]), 3: made_up([1, 2])}, degree=1)
+    # a size that is not a polynomial of the degree (a chunk count that changes with the shape)
+    with pytest.raises(interp.NotExact, match="event 0"):
+        interp.AxisFit.from_traces({s: made_up([s * (s // 3 + 1)]) for s in (1, 2, 3, 4)}, degree=1)
+    with pytest.raises(interp.NotExact, match="need 3"):
+        interp.AxisFit.from_traces({1: made_up([1]), 2: made_up([2])}, degree=1)
+
+
+def test_bisection_per_gpu_matches_a_scan_of_the_grid():
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.randint(1, 60)
+        peaks, total = [], rng.randint(0, 50)
+        for _ in range(n):
+            total += rng.randint(0, 30)
+            peaks.append(total)
+        caps = {f"g{i}": rng.randint(0, peaks[-1] + 40) for i in range(5)}
+        calls = []
+
+        def peak_at(k, calls=calls, peaks=peaks):
+            calls.append(k)
+            return peaks[k - 1]
+        got = fits._largest(peak_at, n, caps)
+        for gpu, cap in caps.items():
+            ok = [k for k in range(1, n + 1) if peaks[k - 1] <= cap]
+            want = (None, "none") if not ok else (n, "beyond") if ok[-1] == n else (ok[-1], "fits")
+            assert got[gpu] == want, (peaks, cap)
+        assert len(set(calls)) == len(calls)  # every peak asked once, shared by the GPUs
+
+
+def test_not_searched_cells_are_error_rows_with_their_reason():
+    cells = matrix.load()
+    spec = cells["qwen2.5-7b__sim__zero3+w8"]
+    doc = fits.search(spec, simulate=None)
+    assert {r["seq_answer"] for r in doc["rows"]} == {"error"}
+    assert "partitioning" in doc["rows"][0]["reason"]
+    assert len(doc["rows"]) == len(spec["verdict_gpus"])
+    vllm = fits.search(cells["qwen2.5-7b__sim__vllm+util0.9"], simulate=None)
+    assert "not a training workload" in vllm["rows"][0]["reason"]
+
+
+def tiny_spec(seq=512) -> dict:
+    spec = dict(matrix.load()["qwen2.5-7b__sim__lora+gc+bf16"])
+    spec.update(model_config=str(matrix.DEFAULT_MATRIX.parent / "models" / "tiny-llama.json"), seq_len=seq)
+    # made-up cards sized so that every kind of answer shows on tiny-llama's grid (256..2048)
+    spec["verdict_gpus"] = {f"g{m}": {"kind": "cuda", "memory_bytes": verdicts.RESERVE_BYTES + m * MiB}
+                            for m in (100, 300, 700, 3000)}
+    return spec
+
+
+@pytest.mark.slow
+def test_search_answers_equal_every_grid_point_simulated(tmp_path):
+    spec = tiny_spec()
+    with SimPool() as pool:
+        doc = fits.search(spec, pool.run_cell)
+        assert doc["not_exact"] == {}, doc["not_exact"]  # both axes interpolated
+        brute = {}
+        for s in range(256, fits.seq_limit(spec) + 1, 256):
+            rec = pool.run_cell(dict(spec, seq_len=s, batch_size=1))
+            brute[("seq", s)] = rec
+            if s in (768, 1792):  # shapes the fit never sampled: the interpolated trace is the simulated one
+                fit = fits.Shapes(spec, pool.run_cell)
+                fit.axis("seq", [(1, x) for x in fits.seq_points(512, 2048)], degree=2)
+                assert fit.fits["seq"].at(s)["columns"] == rec["_trace"]["columns"]
+        for b in range(1, 9):
+            brute[("batch", b)] = pool.run_cell(dict(spec, batch_size=b))
+    rows = {r["gpu"]: r for r in doc["rows"]}
+    for gpu in spec["verdict_gpus"]:
+        row = rows[gpu]
+        ok = [s for (axis, s), rec in brute.items() if axis == "seq" and rec["verdicts"][gpu] == "fits"]
+        if not ok:
+            assert row["seq_answer"] == "none" and row["max_seq_at_batch1"] is None
+            assert fits.answer_text(row, "seq") == "does not fit at batch 1 x 256 tokens"
+        else:
+            assert row["max_seq_at_batch1"] == max(ok)
+            assert row["seq_answer"] == ("beyond" if max(ok) == 2048 else "fits")
+            assert row["peak_at_max_seq_bytes"] == brute[("seq", max(ok))]["modelled_reserved_peak_bytes"]
+            if max(ok) < 2048:
+                assert row["peak_at_next_seq_bytes"] == brute[("seq", max(ok) + 256)]["modelled_reserved_peak_bytes"]
+        okb = [b for (axis, b), rec in brute.items() if axis == "batch" and rec["verdicts"][gpu] == "fits"]
+        if okb and max(okb) < 8:
+            assert row["max_batch_at_seq"] == max(okb)
+            assert row["peak_at_next_batch_bytes"] == brute[("batch", max(okb) + 1)]["modelled_reserved_peak_bytes"]
+        elif not okb:
+            assert row["batch_answer"] == "none"
+    assert {r["seq_answer"] for r in doc["rows"]} == {"none", "fits", "beyond"}
+    # a card too small for the smallest shape: two simulations say so, no search
+    with SimPool() as pool:
+        small = fits.search(dict(spec, verdict_gpus={"g100": spec["verdict_gpus"]["g100"]}), pool.run_cell)
+    row = small["rows"][0]
+    assert len(small["simulated"]) == 2 and row["seq_answer"] == row["batch_answer"] == "none"
+    assert row["peak_at_next_seq_bytes"] == brute[("seq", 256)]["modelled_reserved_peak_bytes"]
+    assert row["peak_at_next_batch_bytes"] == brute[("batch", 1)]["modelled_reserved_peak_bytes"]
+    assert fits.answer_text(row, "batch") == "does not fit at batch 1 x 512 tokens"
+
+
+@pytest.mark.slow
+def test_warm_worker_record_is_the_fresh_process_record():
+    for tech in ("lora+gc+bf16", "qlora+gc"):
+        spec = dict(matrix.load()[f"qwen2.5-7b__sim__{tech}"])
+        spec["model_config"] = str(matrix.DEFAULT_MATRIX.parent / "models" / "tiny-llama.json")
+        fresh = launch.run_cell(spec)
+        with SimPool() as pool:
+            pool.run_cell(tiny_spec())  # another cell first: each runs in its own fork, nothing carries over
+            warm = pool.run_cell(spec)
+        warm.pop("_trace")
+        assert fresh["status"] == "ok"
+        assert identical.compare(fresh, warm) == []
+
+
+@pytest.mark.parametrize("args, says", [
+    (["nosuch", "--gpu", "rtx-4090"], "unknown model 'nosuch'"),
+    (["qwen2.5-7b", "--gpu", "nosuch"], "unknown gpu 'nosuch'"),
+    (["qwen2.5-7b", "--gpu", "rtx-4090", "--seq", "-5"], "--seq -5: must be between"),
+    (["qwen2.5-7b", "--gpu", "rtx-4090", "--batch", "100000000"], "--batch 100000000: must be between"),
+    (["qwen2.5-7b", "--gpu", "rtx-4090", "--techniques", "lora+bogus"], "unknown technique 'bogus'"),
+])
+def test_fit_command_bad_input_is_one_line_and_exit_2(args, says):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "bench.cli", "fit", *args], capture_output=True, text=True,
+                         cwd=launch.ROOT)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ft-membench: ") and says in lines[0], out.stderr
+    assert out.stdout == ""
+
+
+def test_collect_writes_one_row_per_sim_cell_and_gpu(tmp_path):
+    import csv
+    import json
+    cells = matrix.load()
+    spec = cells["qwen2.5-7b__sim__zero3+w8"]
+    doc = fits.search(spec, simulate=None)
+    doc.update(cell=spec["cell"], inputs_sha256=spec["inputs_sha256"])
+    (tmp_path / "one.json").write_text(json.dumps(doc))
+    out = tmp_path / "fits.csv"
+    n = fits.collect([tmp_path / "one.json"], cells, out)
+    rows = list(csv.DictReader(out.open()))
+    assert n == len(rows) == sum(len(s["verdict_gpus"]) for s in cells.values() if s["mode"] == "sim")
+    assert list(rows[0]) == list(fits.COLUMNS)
+    mine = [r for r in rows if r["cell"] == spec["cell"]]
+    assert mine and all("partitioning" in r["reason"] for r in mine)
+    others = [r for r in rows if r["cell"] != spec["cell"]]
+    assert all(r["reason"] == "no fits file" and r["seq_answer"] == "error" for r in others)
+    assert all(r["provenance"] == "simulated" for r in rows)
+
+
+def test_fit_command_answers_from_a_fits_table_of_the_same_inputs(tmp_path):
+    import subprocess
+    import sys
+    spec = matrix.load()["qwen2.5-7b__sim__lora+gc+bf16"]
+    vals = {"max_seq_at_batch1": 3840, "seq_answer": "fits", "max_batch_at_seq": None, "batch_answer": "none"}
+    doc = {"cell": spec["cell"], "inputs_sha256": spec["inputs_sha256"], "rows": [fits._row(spec, "rtx-4090", vals)]}
+    (tmp_path / "one.json").write_text(__import__("json").dumps(doc))
+    fits.collect([tmp_path / "one.json"], {spec["cell"]: spec}, tmp_path / "fits.csv")
+    cmd = [sys.executable, "-m", "bench.cli", "fit", "qwen2.5-7b", "--gpu", "rtx-4090", "--techniques",
+           "lora+gc+bf16", "--no-search", "--results", str(tmp_path)]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=launch.ROOT, check=True).stdout
+    assert "3840 tokens" in out and "does not fit at batch 1 x 2048 tokens" in out
+    assert f"fits {tmp_path}/fits.csv" in out
+    # another shape is another question: the same table does not answer it
+    out = subprocess.run([*cmd, "--seq", "1024"], capture_output=True, text=True, cwd=launch.ROOT, check=True).stdout
+    assert f"fits {tmp_path}/fits.csv" not in out
