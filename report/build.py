@@ -1,6 +1,6 @@
 """Render the cell table into ONE self-contained HTML report.
 
-    python -m report.build results/table.csv --out results/report.html
+    python -m report.build results/table.csv --out results/report.html [--fits results/fits.csv]
 
 Input: the CSV written by ``python -m report.table`` (any such table: the run's, or
 results/reference/'s), with its manifest beside it. A table that is cut short, ragged,
@@ -11,7 +11,9 @@ nothing is fetched, it reads offline and can be mailed around. It is made from
 report/template.html.j2 with autoescape on (a record's text is shown as text, never run as
 markup); the script reads nothing from the records but the escaped data-* attributes.
 
-The page is a list of sections (report/sections.py, recommend.py, claims.py).
+The page opens with the answer (report/lookup.py: per model and GPU, what fits, the headroom,
+the largest sequence and batch when ``--fits`` gives the fits search, the estimated speed) and
+what the numbers leave out (report/scope.py). Then a list of sections (report/sections.py, recommend.py, claims.py).
 ``MODE_SECTIONS`` are drawn once per mode (cpu, cuda, sim are never mixed in one table or
 chart), ``PAGE_SECTIONS`` once after them. A section function returns a dict whose ``kind``
 names the template macro that draws it (or None to draw nothing): a new section is one
@@ -30,8 +32,9 @@ import jinja2
 import pandas as pd
 
 from bench import atomic, record
-from report import GIB, claims, recommend, sections, stages
-from report.fmt import jcol
+from report import GIB, claims, effects, lookup, recommend, scope, sections, stages
+from report.fits_table import FitsError, read_fits
+from report.fmt import fmt_gib, jcol, missing
 from report.table import TableError, read_table
 from report.timeline import timeline_section
 
@@ -41,7 +44,7 @@ MODE_TITLES = {
     "cpu": "CPU: measured in host memory",
     "sim": "Simulated: counted on a simulated step, no device memory used",
 }
-MODE_SECTIONS = (sections.notes_section, sections.summary_section, recommend.section, sections.breakdown_section,
+MODE_SECTIONS = (sections.notes_section, effects.section, sections.summary_section, recommend.section, sections.breakdown_section,
                  sections.pareto_section, sections.fits_section, sections.seqlen_section, sections.steps_section,
                  sections.peers_section, timeline_section, sections.published_section)
 PAGE_SECTIONS = (stages.section, claims.section, sections.unreadable_section)
@@ -75,23 +78,36 @@ def git_commit() -> str:
 
 def filters(df: pd.DataFrame, modes: list[str]) -> dict:
     """The values the page's filter menus offer: models, GPUs (the sim verdicts' included), modes."""
-    gpus = {g for g in df["gpu"] if g}
-    for _, r in df[df["mode"] == "sim"].iterrows():
-        gpus |= set(jcol(r, "verdicts") or {})
-    return {"models": sorted({m for m in df["model"] if m}), "gpus": sorted(gpus), "modes": modes}
+    caps: dict[str, int | None] = {}
+    for _, r in df.iterrows():
+        if r["gpu"] and r["mode"] != "sim":
+            caps.setdefault(r["gpu"], None if missing(r["gpu_memory_bytes"]) else int(r["gpu_memory_bytes"]))
+        if r["mode"] == "sim":
+            for g, b in (jcol(r, "verdict_gpu_memory_bytes") or {}).items():
+                caps[g] = b if isinstance(b, int) else caps.get(g)
+            caps.update({g: caps.get(g) for g in jcol(r, "verdicts") or {}})
+    gpus = [(g, f"{g} · {fmt_gib(b)} GiB" if b else g) for g, b in sorted(caps.items()) if g != "sim"]
+    return {"models": [(m, m) for m in sorted({m for m in df["model"] if m})], "gpus": gpus,
+            "modes": [(m, m) for m in modes]}
 
 
-def render(df: pd.DataFrame, commit: str | None = None, built_at: str | None = None) -> str:
-    """The whole page as one HTML string."""
+MODE_ORDER = ("cuda", "sim", "cpu")   # full-size answers before the small-model CPU evidence
+
+
+def render(df: pd.DataFrame, commit: str | None = None, built_at: str | None = None,
+           fits: pd.DataFrame | None = None) -> str:
+    """The whole page as one HTML string (``fits``: the fits search's table, or None)."""
     present = [m for m in df["mode"].unique() if m]
-    modes = [m for m in record.MODES if m in present] + sorted(m for m in present if m not in record.MODES)
+    modes = [m for m in MODE_ORDER if m in present] + [m for m in record.MODES if m in present and m not in MODE_ORDER]
+    modes = modes + sorted(m for m in present if m not in record.MODES)
     mode_blocks = [{"mode": m, "title": MODE_TITLES.get(m, f"{m} mode"),
                     "sections": [s for s in (f(stages.train_rows(df), m) for f in MODE_SECTIONS) if s]} for m in modes]
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson_attr"] = lambda v: json.dumps(list(v))   # then autoescaped into the attribute
     return env.get_template("template.html.j2").render(
-        gib=GIB, n_cells=len(df), statuses=df["status"].value_counts().to_dict(),
+        gib=GIB, n_cells=len(df), answer=lookup.section(df, fits), scope=scope.section(df, fits),
+        statuses=df["status"].value_counts().to_dict(),
         modes=mode_blocks, sections=[s for s in (f(df) for f in PAGE_SECTIONS) if s],
         filters=filters(df, modes),
         footer=footer(df, commit or git_commit(),
@@ -103,13 +119,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m report.build", description=__doc__.splitlines()[0])
     ap.add_argument("table", help="the CSV written by python -m report.table")
     ap.add_argument("--out", required=True, help="HTML file to write (atomically)")
+    ap.add_argument("--fits", help="the fits search's CSV (results/fits.csv); without it the lookup's "
+                                   "sequence and batch columns read 'not searched'")
     args = ap.parse_args(argv)
     try:
         df = read_table(args.table)
-    except TableError as exc:  # a cut or corrupt table must not become a report that looks whole
+        fits = read_fits(args.fits) if args.fits else None
+    except (TableError, FitsError) as exc:  # a cut or corrupt table must not become a report that looks whole
         print(f"report.build: error: {exc}", file=sys.stderr)
         return 2
-    atomic.write_text(args.out, render(df))
+    atomic.write_text(args.out, render(df, fits=fits))
     print(f"{args.out}: {len(df)} cells", file=sys.stderr)
     return 0
 

@@ -113,3 +113,25 @@ def provenance(row) -> str:
 
 def gib(nbytes) -> float | None:
     return None if missing(nbytes) else float(nbytes) / GIB
+
+
+SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "uint8": "uint8", "int8": "int8",
+                "float8_e4m3fn": "fp8"}
+
+
+def _dtype_list(values) -> str:
+    vals = [SHORT_DTYPES.get(str(v), str(v)) for v in values or []]
+    return "+".join(dict.fromkeys(vals)) or "none"
+
+
+def dtypes_text(row) -> str:
+    """'weights bf16 · grads fp32 · optimizer fp32' from the record's details.dtypes (the dtypes
+    of the tensors it holds); a dash when the record does not say."""
+    d = details(row).get("dtypes")
+    if not isinstance(d, dict):
+        states = details(row).get("optimizer_state_dtypes")
+        return f"optimizer {_dtype_list(states)}" if isinstance(states, list) and states else DASH
+    weights = _dtype_list(d.get("weights"))
+    if d.get("quantized_weights"):
+        weights += f" (quantized {_dtype_list(d['quantized_weights'])})"
+    return f"weights {weights} · grads {_dtype_list(d.get('gradients'))} · optimizer {_dtype_list(d.get('optimizer_state'))}"

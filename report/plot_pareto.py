@@ -13,7 +13,7 @@ from matplotlib.lines import Line2D
 
 from report import GIB
 from report.compare import other_workload
-from report.plots import drawing, grid, with_panel
+from report.plots import capacity_lines, drawing, grid, panel_capacities, with_panel
 
 FRONT, OTHER = "#d55e00", "#7f8c9a"
 
@@ -60,23 +60,56 @@ def label(names: list[str], most: int = 3) -> str:
     return ", ".join(names[:most]) + (f" +{len(names) - most} more" if len(names) > most else "")
 
 
-def pareto_figure(long: pd.DataFrame, mode: str) -> Figure:
+def pareto_figure(long: pd.DataFrame, mode: str, capacities: dict | None = None) -> Figure:
+    """One panel per model (per model and card where cells ran on one); ``capacities`` ({gpu: GiB},
+    sim and cuda) are drawn as labelled horizontal lines."""
     axis = axis_of(mode)
     panels = sorted(long["panel"].unique())
     with drawing():
         fig, axes = grid(len(panels), wrap=2, width=6.0, height=4.2)
+        labels: dict = {}
         for ax, panel in zip(axes, panels):
             g = long[long["panel"] == panel]
             sns.scatterplot(data=g, x="x", y="peak_gib", hue="frontier", palette={True: FRONT, False: OTHER},
                             hue_order=[True, False], s=60, legend=False, ax=ax)
             line = g[g["frontier"]].sort_values("x")
             ax.plot(line["x"], line["peak_gib"], color=FRONT, lw=1.2, ls="--", zorder=1)
+            mid = (g["x"].min() + g["x"].max()) / 2
+            texts = []
             for (x, y), same in g.groupby(["x", "peak_gib"]):   # one label per spot, however many cells
-                ax.annotate(label(list(same["technique"])), (x, y), xytext=(4, 3), textcoords="offset points",
-                            fontsize=7, color=FRONT if same["frontier"].any() else "#333333")
+                right = x > mid and g["x"].nunique() > 1        # right half: label to the left, inside the panel
+                texts.append(ax.annotate(label(list(same["technique"])), (x, y), xytext=(-4 if right else 4, 3),
+                                         textcoords="offset points", ha="right" if right else "left", fontsize=7,
+                                         color=FRONT if same["frontier"].any() else "#333333"))
+            labels[ax] = texts
             ax.set(title=panel, xlabel=axis["label"], ylabel="peak memory (GiB)")
             ax.margins(x=0.15, y=0.12)
+            if caps := panel_capacities(capacities, g):
+                capacity_lines(ax, caps, axis="y", reach="next")
         fig.legend(handles=[Line2D([], [], marker="o", ls="--", color=FRONT, label="Pareto frontier"),
                             Line2D([], [], marker="o", ls="", color=OTHER, label="dominated")],
                    loc="outside lower center", ncols=2, frameon=False)
+        fig.draw_without_rendering()            # lay out once, so the labels' sizes are known
+        for texts in labels.values():
+            spread(texts, fig.dpi)
     return fig
+
+
+def spread(texts: list, dpi: float, tries: int = 6) -> None:
+    """Moves a point label that would overlap one placed before it (top of the panel first) a
+    line up or down, nearest first, to the first place where it overlaps none; a label with no
+    such place within ``tries`` lines stays where it was."""
+    placed = []
+    for t in sorted(texts, key=lambda t: -t.get_window_extent().y0):
+        dx, dy = t.xyann
+        box = t.get_window_extent()
+        line = (box.height + 1) * 72 / dpi
+        for step in [0] + [s for n in range(1, tries + 1) for s in (n, -n)]:
+            t.xyann = (dx, dy + step * line)
+            moved = t.get_window_extent()
+            if not any(moved.overlaps(p) for p in placed):
+                box = moved
+                break
+        else:
+            t.xyann = (dx, dy)
+        placed.append(box)

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from report import GIB
 from report.compare import without_knob
 from report.fmt import jcol, knobs, missing
-from report.plots import drawing, grid, with_panel
+from report.plots import capacity_lines, drawing, grid, panel_capacities, with_panel
 
 BATCHING = ("padding", "packing")
 
@@ -76,7 +76,9 @@ def seqlen_long(df: pd.DataFrame) -> pd.DataFrame:
     return with_panel(ok)[cols].sort_values(["panel", "group", "seq_len"]).reset_index(drop=True)
 
 
-def seqlen_figure(long: pd.DataFrame) -> Figure:
+def seqlen_figure(long: pd.DataFrame, capacities: dict | None = None) -> Figure:
+    """Peak against length, one line per group; ``capacities`` ({gpu: GiB}, sim and cuda) are
+    drawn as labelled horizontal lines."""
     panels = sorted(long["panel"].unique())
     with drawing():
         fig, axes = grid(len(panels), wrap=3, width=4.8, height=3.6)
@@ -89,4 +91,6 @@ def seqlen_figure(long: pd.DataFrame) -> Figure:
             ax.minorticks_off()
             ax.set(title=panel, xlabel="sequence length (tokens)", ylabel="peak memory (GiB)")
             ax.legend(fontsize=7, title="techniques besides s<N>", title_fontsize=7)
+            if caps := panel_capacities(capacities, g):
+                capacity_lines(ax, caps, axis="y", reach="next")
     return fig

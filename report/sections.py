@@ -8,10 +8,10 @@ from __future__ import annotations
 import pandas as pd
 
 from bench import techniques
-from report import plot_fits, plot_pareto, plot_steps, plots
+from report import GIB, effects, plot_fits, plot_pareto, plot_steps, plots
 from report.compare import baseline_of, main_saving, technique_meta
-from report.fmt import (DASH, analytic_note, change_pct, contended, details, fmt_gib, fmt_pct, jcol, missing,
-                        provenance, sort_key, tone)
+from report.fmt import (DASH, analytic_note, change_pct, contended, details, dtypes_text, fmt_gib, fmt_pct, jcol,
+                        missing, provenance, sort_key, tone)
 from report.plot_fits import VERDICTS
 
 
@@ -20,7 +20,9 @@ from report.plot_fits import VERDICTS
 def verdict_text(row) -> str:
     """'fits: a100-80gb, h100-80gb · oom: t4' from a sim record's verdicts."""
     verdicts = jcol(row, "verdicts") or {}
-    said = [f"{v}: {', '.join(g for g, x in verdicts.items() if x == v)}" for v in VERDICTS if v in verdicts.values()]
+    caps = jcol(row, "verdict_gpu_memory_bytes") or {}
+    name = lambda g: f"{g} ({fmt_gib(caps[g])} GiB)" if isinstance(caps.get(g), int) else g  # noqa: E731
+    said = [f"{v}: {', '.join(name(g) for g, x in verdicts.items() if x == v)}" for v in VERDICTS if v in verdicts.values()]
     return " · ".join(said) or DASH
 
 
@@ -40,7 +42,7 @@ def summary_row(row: pd.Series, df: pd.DataFrame) -> dict:
     if comparable:
         speed = change_pct(row[speed_key], base[speed_key])
     if ok and row["mode"] == "sim" and (missing(row[speed_key]) or (speed is None and not is_ref)):
-        speed_text = "not measured"
+        speed_text = "not counted" if row["mode"] == "sim" else "not measured"
     else:
         speed_text = "reference" if is_ref else fmt_pct(speed, signed=True)
     if row["mode"] != "sim" and ok and (contended(row) or (base is not None and contended(base))):
@@ -49,7 +51,8 @@ def summary_row(row: pd.Series, df: pd.DataFrame) -> dict:
     meta = technique_meta(row["technique"])
     verdicts = jcol(row, "verdicts") or {}
     return {
-        "cell": row["cell"], "technique": row["technique"] or DASH, **meta,
+        "cell": row["cell"], "technique": row["technique"] or DASH, **meta, "dtypes": dtypes_text(row),
+        "phase": effects.phase_note(row, base, saved) if comparable and saved is not None else "",
         "measured": "reference" if is_ref else main_saving(row, base) if comparable else DASH,
         "peak": fmt_gib(row["peak_bytes"]) if ok else DASH, "peak_sort": sort_key(row["peak_bytes"] if ok else None),
         "reserved": fmt_gib(row["reserved_peak_bytes"]) if ok else DASH,
@@ -94,6 +97,7 @@ def summary_section(df: pd.DataFrame, mode: str):
                        "rows": [summary_row(r, df) for _, r in g.iterrows()]})
     speed = "FLOPs/step vs baseline" if mode == "sim" else "throughput vs baseline"
     return {"kind": "summary", "title": "Summary", "speed_header": speed, "groups": groups, "mode": mode,
+            "word": "simulated" if mode == "sim" else "measured",
             "extra_header": {"sim": "simulated verdict per GPU", "cuda": "reserved peak GiB"}.get(mode)}
 
 
@@ -106,15 +110,38 @@ def chart(df_mode: pd.DataFrame, long: pd.DataFrame, draw, title: str, caption: 
     section = {"kind": "chart", "title": title, "caption": caption, "alt": alt, "image": None, "empty": empty,
                "provenance": ", ".join(dict.fromkeys(provenance(r) for _, r in used.iterrows())) or DASH}
     if len(long):
-        section["image"] = plots.data_uri(plots.png(draw(long)))
+        # one figure per model, each filterable: a model filter hides the others' pictures
+        by_model = list(long.groupby("model", sort=True)) if "model" in long.columns else [(None, long)]
+        section["figures"] = [{"models": [m] if m is not None else [], "image": plots.data_uri(plots.png(draw(part)))}
+                              for m, part in by_model]
+        section["image"] = section["figures"][0]["image"]
     return section
+
+
+def capacities_gib(rows: pd.DataFrame) -> dict:
+    """{gpu: GiB} the mode's cells were judged against (sim) or ran on (cuda); {} for cpu, whose
+    'device' is host memory with a profile's limit, not a card."""
+    caps = {}
+    for _, r in rows.iterrows():
+        if r["mode"] == "sim":
+            caps.update({g: b / GIB for g, b in (jcol(r, "verdict_gpu_memory_bytes") or {}).items() if isinstance(b, int)})
+        elif r["mode"] == "cuda" and not missing(r["gpu_memory_bytes"]):
+            caps[r["gpu"]] = float(r["gpu_memory_bytes"]) / GIB
+    return caps
+
+
+CAPACITY_NOTE = ("Dashed lines: each card's CUDA capacity in GiB (cards a few GiB apart share a line, the label "
+                 "gives the range; cards far above the largest peak are named at the top, not drawn).")
 
 
 def breakdown_section(df: pd.DataFrame, mode: str):
     rows = df[df["mode"] == mode]
-    return chart(rows, plots.breakdown_long(rows), plots.breakdown_figure, "Peak memory by category",
-                 "Peak GiB per technique, the six breakdown categories stacked; one panel per model. "
-                 "Cells that did not finish have no bar.",
+    caps = capacities_gib(rows)
+    return chart(rows, plots.breakdown_long(rows), lambda long: plots.breakdown_figure(long, capacities=caps),
+                 "Peak memory by category",
+                 "Peak GiB per technique, the six breakdown categories stacked; one figure per model. "
+                 + ("Dashed lines: each card's CUDA capacity in GiB (cards a few GiB apart share a line, "
+                    "the label gives the range). " if caps else "") + "Cells that did not finish have no bar.",
                  f"stacked bar chart of peak memory per technique, {mode} mode",
                  "No cell of this mode finished with a memory breakdown: nothing to draw.")
 
@@ -122,12 +149,13 @@ def breakdown_section(df: pd.DataFrame, mode: str):
 def pareto_section(df: pd.DataFrame, mode: str):
     rows = df[df["mode"] == mode]
     axis = plot_pareto.axis_of(mode)
-    return chart(rows, plot_pareto.pareto_long(rows), lambda long: plot_pareto.pareto_figure(long, mode),
+    caps = capacities_gib(rows)
+    return chart(rows, plot_pareto.pareto_long(rows), lambda long: plot_pareto.pareto_figure(long, mode, caps),
                  "Peak memory against " + ("FLOPs per step" if mode == "sim" else "throughput"),
                  f"Each point a cell: peak GiB against {axis['label']}; one panel per model. Orange points "
                  "are on the Pareto frontier: no other cell of the panel is both lighter and "
-                 + ("cheaper in FLOPs (a simulated step is not timed, so FLOPs stand in for time)."
-                    if mode == "sim" else "faster."),
+                 + ("cheaper in FLOPs (a simulated step is not timed, so FLOPs stand in for time). "
+                    if mode == "sim" else "faster. ") + CAPACITY_NOTE * bool(caps),
                  f"scatter plot of peak memory against {axis['label']} with the Pareto frontier, {mode} mode",
                  "No cell of this mode has both a peak and a " + ("FLOP count." if mode == "sim" else "throughput."))
 
@@ -154,9 +182,12 @@ def steps_section(df: pd.DataFrame, mode: str):
 
 def seqlen_section(df: pd.DataFrame, mode: str):
     rows = df[df["mode"] == mode]
-    return chart(rows, plot_steps.seqlen_long(rows), plot_steps.seqlen_figure, "Peak memory against sequence length",
+    caps = capacities_gib(rows)
+    return chart(rows, plot_steps.seqlen_long(rows), lambda long: plot_steps.seqlen_figure(long, caps),
+                 "Peak memory against sequence length",
                  "Peak GiB at each sequence length the cells ran at (s<N> techniques), one line per "
-                 "combination of the other techniques; log-2 length axis. Cells without a result have no point.",
+                 "combination of the other techniques; log-2 length axis. Cells without a result have no point. "
+                 + CAPACITY_NOTE * bool(caps),
                  f"line chart of peak memory against sequence length, {mode} mode",
                  "No sequence-length (s<N>) cells in this run.")
 
@@ -242,7 +273,7 @@ def published_section(df: pd.DataFrame, mode: str):
         err = _number(pub.get("signed_error"))
         tokens = _number(pub.get("tokens_per_s"))
         rows.append({"model": r["model"], "row": str(pub.get("row", DASH)), "technique": r["technique"],
-                     "published": f"{pub['peak_gib']:.1f}", "ours": fmt_gib(_number(r["peak_bytes"])),
+                     "published": f"{pub['peak_gib']:.1f}", "ours": _ours(pub, r),
                      "error": DASH if err is None else f"{err:+.1%}",
                      "tokens": DASH if tokens is None else f"{tokens:.0f}",
                      "source": f"{pub.get('source', DASH)} ({pub.get('measure', 'peak')})",
@@ -253,6 +284,16 @@ def published_section(df: pd.DataFrame, mode: str):
             "note": "A published peak (measured on a GPU by its source, in the measure it names) beside the "
                     "simulated peak of the same settings; signed error = simulated / published - 1. Rows whose "
                     "settings cannot be matched say why. Tokens/s is the source's, kept for a speed model."}
+
+
+def _ours(pub: dict, r) -> str:
+    """The simulated figure the published one is compared with: the peak, or (against a figure
+    of torch's allocator) the peak without what bitsandbytes pages outside it, the peak beside."""
+    compared = _number(pub.get("simulated_peak_gib"))
+    device = _number(r["peak_bytes"])
+    if compared is None or device is None or abs(compared * 2**30 - device) < 2**20:
+        return fmt_gib(device)
+    return f"{compared:.1f} ({fmt_gib(device)} with paged optimizer state)"
 
 
 def unreadable_section(df: pd.DataFrame):

@@ -27,6 +27,12 @@ def spec(model, gpu, techs, mode="cuda", verdict_gpus=SIM_GPUS, **kw):
             "verdict_gpus": {g: {"memory_bytes": CAPACITY.get(g, 16 * GIB)} for g in verdict_gpus} if mode == "sim" else {}} | kw
 
 
+SPEED_COST = {"flops_by_dtype": {"bfloat16": 10**15}, "bytes_moved": 10**11, "nf4_dequant_bytes": 0,
+              "recompute_flops": 0, "comm_bytes_per_rank": 0, "tokens_per_step": 2048, "world_size": 1,
+              "how": "made up"}
+SPEED_ESTIMATE = {"step_s": 4.0, "tokens_per_s": 512.0, "provenance": "modelled", "how": "made up"}
+
+
 def contract_details(sp, **given) -> dict:
     """The details keys the record contract asks of an ok record of ``sp`` (record.REPORT_DETAILS),
     with made-up values, then ``given``. Generation and engine plans prove no training facts."""
@@ -34,7 +40,8 @@ def contract_details(sp, **given) -> dict:
         return dict(given)
     out = {"optimizer_state_dtypes": ["float32"]}
     if sp["mode"] == "sim":
-        out.update(verdict_rule="fits: need <= 90%", verdict_reserve_bytes=576 * 2**20, verdict_notes={}, peers=[])
+        out.update(verdict_rule="fits: need <= 90%", verdict_reserve_bytes=576 * 2**20, verdict_notes={}, peers=[],
+                   step_cost=SPEED_COST, speed_model={"a100-80g": dict(SPEED_ESTIMATE)})
         if sp["knobs"]["dist"]:
             out["zero_partitioning"] = f"analytic: {sp['knobs']['dist']} at world size {sp['world_size']}"
     if sp["mode"] == "cuda":
@@ -199,3 +206,58 @@ def sim_records():
     ]
 
 
+
+
+# ---- the lookup's made-up cells: a 7B model judged against a 24 GiB card, an 80 GiB card and a
+# T4, with made-up speed-model estimates (details.speed_model, interface A) for the first two only.
+# Invented numbers, shaped like the reference's: they measure nothing.
+Q7 = "qwen2.5-7b"
+ANSWER_GPUS = ("rtx-4090", "h100-80gb", "t4")
+
+
+def speed(step_s: float, tokens: int = 2048) -> dict:
+    return {"step_s": step_s, "tokens_per_s": tokens / step_s, "parts": {"compute_s": step_s * 0.8, "memory_s": step_s * 0.2},
+            "efficiency": 0.5, "calibration": "made up for the tests", "how": "made-up estimate", "provenance": "modelled"}
+
+
+def answer(techs, gib: dict, verdicts: dict, speeds: dict, phases=None, reserved_gib=None, dtypes=None):
+    sp = spec(Q7, "sim", techs, mode="sim", batch_size=1, seq_len=2048, verdict_gpus=ANSWER_GPUS)
+    nbytes = {k: v * GIB for k, v in gib.items()}
+    peak = sum(int(v) for v in nbytes.values())
+    fields = {"verdicts": verdicts, "flops_per_step": 1e14, "params_total": 7_615_616_512,
+              "modelled_reserved_peak_bytes": int((reserved_gib or peak / GIB * 1.05) * GIB),
+              "details": {"verdict_reserve_bytes": 576 * 2**20, "verdict_rule": RULE,
+                          "speed_model": {g: speed(s) for g, s in speeds.items()},
+                          "dtypes": dtypes or {"weights": ["float32"], "gradients": ["float32"],
+                                               "optimizer_state": ["float32"]}}}
+    if phases:
+        fields["phase_peak_bytes"] = {p: int(v * GIB) if v is not None else peak for p, v in phases.items()}
+    return made(sp, nbytes, **fields)
+
+
+BF16_LORA = {"weights": ["bfloat16", "float32"], "gradients": ["float32"], "optimizer_state": ["float32"]}
+
+
+def answer_records():
+    oom = dict.fromkeys(ANSWER_GPUS, "oom")
+    return [
+        answer(["baseline"], {"parameters": 28, "gradients": 28, "optimizer": 56, "activations": 5}, oom, {},
+               phases={"forward": 40, "backward": 70, "optimizer": None}),
+        # gc shrinks the forward and backward peaks; the peak (optimizer step) does not move
+        answer(["gc"], {"parameters": 28, "gradients": 28, "optimizer": 56, "activations": 5}, oom, {},
+               phases={"forward": 30, "backward": 60, "optimizer": None}),
+        answer(["lora"], {"parameters": 28, "activations": 20}, oom | {"h100-80gb": "fits"}, {"h100-80gb": 1.1}),
+        answer(["lora", "gc"], {"parameters": 28, "activations": 5}, oom | {"h100-80gb": "fits"}, {"h100-80gb": 1.4}),
+        answer(["lora", "gc", "bf16"], {"parameters": 14.2, "optimizer": 0.04, "activations": 1.6, "temporaries": 2.3},
+               {"rtx-4090": "fits", "h100-80gb": "fits", "t4": "oom"}, {"rtx-4090": 2.9, "h100-80gb": 0.8},
+               reserved_gib=19.15, dtypes=BF16_LORA),
+        answer(["qlora", "gc"], {"parameters": 5.5, "optimizer": 0.04, "activations": 1.5, "temporaries": 2},
+               {"rtx-4090": "fits", "h100-80gb": "fits", "t4": "fits"}, {"rtx-4090": 3.6, "h100-80gb": 1.0},
+               dtypes=BF16_LORA | {"quantized_weights": ["nf4 in uint8"]}),
+        answer(["adamw8bit", "gc", "bf16"], {"parameters": 14.2, "gradients": 14.2, "optimizer": 14.2, "activations": 1},
+               {"rtx-4090": "oom", "h100-80gb": "fits", "t4": "oom"}, {"h100-80gb": 0.7},
+               dtypes={"weights": ["bfloat16"], "gradients": ["bfloat16"], "optimizer_state": ["bfloat16", "uint8"]}),
+    ]
+
+
+FITS_CSV = ROOT / "tests" / "data" / "fits.csv"   # the fits search's made-up answers for answer_records()

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from report import build, table
-from tests.records import EVIL, cpu_records, demo_records, sim_records
+from report.fits_table import read_fits
+from tests.records import EVIL, FITS_CSV, answer_records, cpu_records, demo_records, sim_records
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 pytestmark = pytest.mark.skipif(CHROMIUM is None,
@@ -121,3 +122,44 @@ def test_sorting_a_column(page, tmp_path):
     keys = json.loads(html.unescape(html_attr(dom, "data-sorted")))
     numbers = [float(k) for k in keys if k]
     assert len(numbers) >= 3 and numbers == sorted(numbers) and keys[len(numbers):] == [""] * (len(keys) - len(numbers))
+
+
+ANSWER_PROBE = """<script>
+  window.addEventListener("load", function () {
+    var row = document.querySelector("table.lookup tr.answer-row:not([hidden])");
+    var box = row.getBoundingClientRect();
+    var root = document.documentElement;
+    root.setAttribute("data-answer", row.getAttribute("data-cell") + "|" + row.innerText.replace(/\\s+/g, " "));
+    root.setAttribute("data-answer-box", JSON.stringify([box.left, box.top, box.right, box.bottom]));
+  });
+</script></body>"""
+
+
+def test_the_answer_is_on_the_first_screen(tmp_path):
+    """Opened as a shared link for one model and card, at 1400x900, the first screen holds the
+    recommended recipe for that card with its fit, need, headroom and estimated speed: the row's
+    box lies inside the window, and the screenshot shows the row's green at that place."""
+    from matplotlib import image   # reads PNG without a display
+
+    page = tmp_path / "answer.html"
+    df = table.to_frame(demo_records() + cpu_records() + sim_records() + answer_records())
+    text = build.render(df, commit="abc1234", built_at="now", fits=read_fits(FITS_CSV))
+    page.write_text(text.replace("</body>", ANSWER_PROBE))
+    shot = tmp_path / "first-screen.png"
+    done = chromium(page.as_uri() + "#model=qwen2.5-7b&gpu=rtx-4090", tmp_path / "profile", "--dump-dom",
+                    f"--screenshot={shot}", "--window-size=1400,900", "--hide-scrollbars")
+    dom, messages = done.stdout, console(done.stderr)
+    assert messages == [], messages
+    cell, said = html.unescape(html_attr(dom, "data-answer")).split("|", 1)
+    assert cell == "qwen2.5-7b__sim__lora+gc+bf16"           # fastest modelled step that fits a 24 GiB card
+    for fact in ("recommended", "fits", "19.71", "82%", "+4.29", "9,216 tokens", "2.90 s", "706"):
+        assert fact in said, (fact, said)
+    left, top, right, bottom = json.loads(html_attr(dom, "data-answer-box"))
+    assert 0 <= top < bottom <= 900 and right <= 1400, (top, bottom)
+    pixels = image.imread(shot)                              # rows x columns x RGB(A), floats 0..1
+    assert pixels.shape[0] == 900 and pixels.shape[1] == 1400
+    green = (abs(pixels[..., 0] - 0xe9 / 255) < 0.01) & (abs(pixels[..., 1] - 0xf7 / 255) < 0.01) \
+        & (abs(pixels[..., 2] - 0xec / 255) < 0.01)           # the recommended row's background
+    rows = green.sum(axis=1).nonzero()[0]
+    assert len(rows) and rows.min() >= int(top) - 1 and rows.max() <= int(bottom) + 1, (rows.min(), rows.max(), top, bottom)
+    assert green[int(top) + 2: int(bottom) - 2].sum(axis=1).min() > 200   # painted across the row, not a speck

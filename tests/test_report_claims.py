@@ -27,13 +27,15 @@ def verdicts_of(frame) -> dict:
 def test_every_claim_gets_a_verdict_with_its_thresholds(df):
     rows = claims.evaluate(df)
     assert {r["key"] for r in rows} == {c.key for c in claims.CLAIMS}
-    assert all(r["verdict"] in (claims.HOLDS, claims.PARTLY, claims.NOT, claims.UNMEASURED) for r in rows)
+    assert all(r["verdict"] in (claims.HOLDS, claims.PARTLY, claims.NOT, claims.UNMEASURED, claims.UNMEASURABLE)
+               for r in rows)
     assert all(r["thresholds"] and r["why"] for r in rows)
     got = {k: r["verdict"] for k, r in verdicts_of(df).items()}
     assert got == {
         ("mixed-precision", "cpu"): "partly",        # bf16 halves weights, amp keeps them fp32
         ("mixed-precision", "sim"): "partly",        # weights halve; no gradients live at the peak
-        ("gc-time", "cpu"): "holds", ("gc-time", "sim"): "holds",
+        ("gc-time", "cpu"): "not measurable here",   # +25% is within the CPU timings' measured noise
+        ("gc-time", "sim"): "holds",
         ("adam-8bit", "cpu"): "holds",
         ("adam-2x", "cpu"): "partly",                # fp32 states 4x, bf16 states 2x
         ("adam-2x", "sim"): "does not hold",         # 526 GiB fp32 states for 70.6 B params
@@ -141,11 +143,13 @@ def test_measured_recommendations():
 
 def test_a_threshold_is_one_number_for_the_text_and_the_verdict(df):
     gc = next(c for c in claims.CLAIMS if c.key == "gc-time")
-    assert gc.thresholds == "holds: median step-time (sim: FLOPs) increase 15-35%; partly: 5-50%"
-    stricter = dataclasses.replace(gc, limits={"holds": (15, 20), "partly": (5, 50)})
+    assert gc.thresholds.startswith("holds: median step-time (sim: FLOPs) increase 15-35%; partly: 5-50%; cpu: ")
+    assert gc.thresholds.endswith("noise, ±40%")
+    stricter = dataclasses.replace(gc, limits={"holds": (15, 20), "partly": (5, 50), "cpu_noise": 10})
     (cpu_row,) = [r for r in claims.evaluate(df, (stricter,)) if r["mode"] == "cpu"]
-    assert cpu_row["thresholds"] == "holds: median step-time (sim: FLOPs) increase 15-20%; partly: 5-50%"
-    assert cpu_row["verdict"] == "partly"                     # +25% no longer within holds
+    assert cpu_row["thresholds"].startswith("holds: median step-time (sim: FLOPs) increase 15-20%; partly: 5-50%")
+    assert cpu_row["thresholds"].endswith("±10%")
+    assert cpu_row["verdict"] == "partly"                     # +25% beyond a ±10% noise, no longer within holds
     for claim in claims.CLAIMS:                               # every text is made from its numbers
         assert claim.thresholds and "{" not in claim.thresholds
         changed = {k: tuple(x * 3 + 1 for x in v) if isinstance(v, tuple) else v * 3 + 1 for k, v in claim.limits.items()}
@@ -202,3 +206,39 @@ def test_qlora_model_size_comes_from_the_unquantized_cells():
     assert alone["verdict"] == "not measured here"
     both = [qlora, rec(["baseline"], 70_553_706_496, {"l40s": "oom"})]
     assert {r["key"]: r for r in claims.evaluate(table.to_frame(both))}["qlora-70b"]["verdict"] == "holds"
+
+
+# ---- fairly judged (issue 12, requirement 5) ----
+
+def test_a_flag_the_installed_library_ignores_is_not_measurable():
+    recs = [cpu(["ckpt-load"], CLAIM_BASE, load_host_peak_rss_bytes=GIB),
+            cpu(["low-cpu-mem-usage"], CLAIM_BASE, load_host_peak_rss_bytes=int(0.99 * GIB))]
+    for r in recs:
+        r["versions"] = {"torch": "2.13.0", "transformers": "5.23.0"}
+    (row,) = [r for r in claims.evaluate(table.to_frame(recs)) if r["key"] == "low-cpu-mem-usage"]
+    assert row["verdict"] == "not measurable here" and "transformers 5.23.0" in row["why"]
+    for r in recs:
+        r["versions"]["transformers"] = "4.57.6"           # a version that honours it: measured, judged
+    (row,) = [r for r in claims.evaluate(table.to_frame(recs)) if r["key"] == "low-cpu-mem-usage"]
+    assert row["verdict"] == "does not hold"
+
+
+def test_cpu_timing_is_judged_against_the_measured_noise():
+    slow = [cpu(["baseline"], CLAIM_BASE, tokens_per_s=1000.0), cpu(["gc"], CLAIM_BASE, tokens_per_s=500.0)]
+    (row,) = [r for r in claims.evaluate(table.to_frame(slow)) if r["key"] == "gc-time"]
+    assert row["verdict"] == "does not hold" and "noise" not in row["why"]     # +100%: beyond ±40%
+    near = [cpu(["baseline"], CLAIM_BASE, tokens_per_s=1000.0), cpu(["gc"], CLAIM_BASE, tokens_per_s=950.0)]
+    (row,) = [r for r in claims.evaluate(table.to_frame(near)) if r["key"] == "gc-time"]
+    assert row["verdict"] == "not measurable here" and "±40%" in row["why"]
+
+
+def test_8bit_adam_pools_only_like_for_like_states():
+    bf16 = {"optimizer_state_dtypes": ["bfloat16"]}
+    recs = [cpu(["baseline"], CLAIM_BASE), cpu(["adamw8bit"], CLAIM_BASE | {"optimizer": 2 * N}),   # fp32 → 8-bit: 75%
+            cpu(["bf16"], CLAIM_BASE | {"optimizer": 4 * N}, details=bf16),
+            cpu(["adamw8bit", "bf16"], CLAIM_BASE | {"optimizer": 2 * N}, details=bf16)]          # bf16 → 8-bit: 50%
+    rows = [r for r in claims.evaluate(table.to_frame(recs)) if r["key"] == "adam-8bit"]
+    by = {r["why"].split(":")[0]: r for r in rows}
+    assert set(by) == {"from float32 states", "from bfloat16 states"}
+    assert by["from float32 states"]["verdict"] == "holds" and by["from bfloat16 states"]["verdict"] == "partly"
+    assert all(len(r["evidence"]) == 1 for r in rows)

@@ -126,3 +126,56 @@ def test_notes_and_peers(df):
     assert rows[1]["gap"] == "ours +1.00 GiB (+25.0%)" and rows[1]["why"] == ""
     assert "Verdict caveat for t4 (1 cell): no bf16 support: verdict optimistic" in sections.notes_section(frame, "sim")["lines"]
     assert sections.peers_section(df, "cpu") is None
+
+
+def test_capacity_lines_are_labelled_and_merged_where_labels_would_collide():
+    from report import plots as p
+    groups = p.capacity_groups({"rtx-3090": 23.1, "rtx-4090": 23.99, "a100-80g": 80.0, "t4": 14.7}, span=100)
+    assert groups == [(14.7, ["t4"]), (23.1, ["rtx-3090", "rtx-4090"]), (80.0, ["a100-80g"])]
+    long = p.breakdown_long(table.to_frame(sim_records()))
+    fig = p.breakdown_figure(long, capacities={"t4": 14.7, "rtx-4090": 23.99, "a100-80g": 80.0})
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.texts]                  # a 1,300 GiB axis: 15 and 24 GiB share a line
+    assert labels == ["t4…rtx-4090 15-24", "a100-80g 80"]
+    dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert [line.get_xdata()[0] for line in dashed] == pytest.approx([14.7, 80.0])
+
+
+def dashed_levels(ax) -> list[float]:
+    return [line.get_ydata()[0] for line in ax.get_lines() if line.get_linestyle() == "--"
+            and len(set(line.get_ydata())) == 1 and list(line.get_xdata()) == [0, 1]]
+
+
+def test_memory_charts_in_sim_draw_each_cards_capacity(df):
+    """The Pareto and peak-against-length charts carry the cards' capacities as labelled
+    horizontal lines in sim (every card judged against), none in cpu (no card)."""
+    sim = mode(df, "sim")
+    caps = sections.capacities_gib(sim)
+    assert set(caps) == {"h100-80gb", "l40s", "rtx-a6000", "t4"}
+    fig = plot_pareto.pareto_figure(plot_pareto.pareto_long(sim), "sim", caps)
+    (ax,) = fig.axes
+    labels = [t.get_text() for t in ax.texts if t.get_text().endswith(("15-48", "79"))]
+    # a 1,100 GiB axis: t4, l40s and the a6000 are closer than a label's height and share a line
+    assert labels == ["t4…rtx-a6000 15-48", "h100-80gb 79"]
+    assert dashed_levels(ax) == pytest.approx([caps["t4"], caps["h100-80gb"]])
+    cpu_fig = plot_pareto.pareto_figure(plot_pareto.pareto_long(mode(df, "cpu")), "cpu",
+                                        sections.capacities_gib(mode(df, "cpu")))
+    assert sections.capacities_gib(mode(df, "cpu")) == {} and dashed_levels(cpu_fig.axes[0]) == []
+    # peak against length with peaks near 40 GiB: the axis reaches the first card above them;
+    # the cards beyond are named at its top, not drawn
+    long = pd.DataFrame({"cell": ["a", "b"], "mode": "sim", "model": "m", "gpu": "sim", "technique": ["s512", "s2048"],
+                         "group": "qlora", "seq_len": [512, 2048], "gib": [38.0, 42.0], "panel": "m"})
+    ax = plot_steps.seqlen_figure(long, caps).axes[0]
+    assert dashed_levels(ax) == pytest.approx([caps["t4"], caps["l40s"]])
+    assert [t.get_text() for t in ax.texts] == ["t4 15", "l40s 44", "↑ rtx-a6000…h100-80gb 48-79 GiB: above the axis"]
+    assert ax.get_ylim()[0] == 0 and caps["l40s"] < ax.get_ylim()[1] < caps["rtx-a6000"]
+
+
+def test_fits_grid_of_one_gpu_and_long_names_is_laid_out(recwarn):
+    """A model judged on one GPU with long technique names: constrained layout used to give up
+    (axes collapsed to zero, a warning at build time)."""
+    long = pd.DataFrame({"cell": ["a", "b"], "model": "m", "gpu": "a100-80gb", "verdict": ["oom", "fits"],
+                         "technique": ["baseline", "bf16+packing+compile+chunked-ce+gc+opt-in-bwd+act-offload+paged"],
+                         "capacity_gib": 79.3})
+    sections.plots.png(plot_fits.fits_figure(long))
+    assert not [w for w in recwarn if "layout not applied" in str(w.message)]

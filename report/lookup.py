@@ -1,0 +1,197 @@
+"""The answer first: per model and GPU, which training recipe fits, what it needs of the card,
+how much is left, how long a sequence or batch fits, and how fast it is estimated to run.
+
+One row per (model, GPU, recipe) for the full-size modes (sim, cuda; the small-model CPU
+evidence answers no one's 'will it fit'), grouped per (model, GPU) with the card's CUDA
+capacity in the group's heading. Only single-device cells that train the study's own workload
+(no b<N>/s<N>, no generation or serving) compete. What each column is:
+
+- verdict: sim: the record's verdict for that GPU (``verdicts``); cuda: ran to the end = fits,
+  out of memory = oom.
+- need: what the cell asks of the card. sim: the modelled reserved peak (the caching-allocator
+  replay) plus the verdict's reserve (CUDA context, cuBLAS workspaces), which is exactly what
+  the verdict sets against the card's memory; where no reserved peak was modelled, the
+  allocated peak plus the reserve, shown as a lower bound ("≥"). cuda: the measured reserved
+  peak. Capacity: the card's memory as the record gives it (``verdict_gpu_memory_bytes`` /
+  ``gpu_memory_bytes``). Headroom = capacity - need.
+- largest sequence at batch 1 / largest batch at the study's sequence: the fits search
+  (results/fits.csv, ``--fits``); "not searched" without it.
+- step time, tokens/s: sim: the speed model's estimate for that GPU (details.speed_model,
+  provenance "modelled"); "no speed model" where the record has none. cuda: measured.
+
+Ranking: fitting recipes by the speed model's step time on that GPU (fastest first); a fitting
+recipe without an estimate comes after those with one. Where no fitting recipe has an estimate
+nothing is recommended ("ranking unavailable"): FLOPs do not count dequantization, precision or
+communication, so they are never used to rank. Then tight, then the common recipes that do
+not fit (so "LoRA + gc with an fp32 base does not fit" is said, not left out).
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from report.compare import other_workload, parts
+from report.fmt import DASH, details, dtypes_text, fmt_count, fmt_gib, jcol, knobs, missing, provenance
+
+# The recipes people use, named as the catalogue's parts (order does not matter). The lookup
+# always shows these, fitting or not; report/effects.py takes each technique out of them.
+RECIPES = {
+    "full bf16 + gc + 8-bit AdamW": frozenset({"adamw8bit", "gc", "bf16"}),
+    "LoRA + gc + bf16": frozenset({"lora", "gc", "bf16"}),
+    "LoRA + gc, fp32 base": frozenset({"lora", "gc"}),
+    "QLoRA + gc": frozenset({"qlora", "gc"}),
+}
+RANK = {"fits": 0, "tight": 1, "oom": 2}
+UNRANKED = "ranking unavailable: no speed model for this GPU in these records"
+
+
+def recipe_name(technique: str) -> str:
+    names = frozenset(parts(technique)) - {"baseline"}
+    return next((label for label, want in RECIPES.items() if want == names), "")
+
+
+def is_training(row) -> bool:
+    return knobs(row).get("workload", "train") == "train"
+
+
+def speed_of(row, gpu: str) -> dict | None:
+    """The speed model's estimate for ``gpu`` (a dict with step_s...), or None."""
+    model = details(row).get("speed_model")
+    est = model.get(gpu) if isinstance(model, dict) else None
+    if isinstance(est, dict) and isinstance(est.get("step_s"), (int, float)) and est["step_s"] > 0:
+        return est
+    return None
+
+
+def need_of(row) -> tuple[float | None, bool]:
+    """(bytes the cell asks of the card, whether that is only a lower bound)."""
+    if row["mode"] == "cuda":
+        return (None, False) if missing(row["reserved_peak_bytes"]) else (float(row["reserved_peak_bytes"]), False)
+    reserve = details(row).get("verdict_reserve_bytes")
+    reserve = float(reserve) if isinstance(reserve, (int, float)) else 0.0
+    modelled = row.get("modelled_reserved_peak_bytes")   # an allocator-model column, absent from older tables
+    if not missing(modelled):
+        return float(modelled) + reserve, False
+    if not missing(row["peak_bytes"]):
+        return float(row["peak_bytes"]) + reserve, True
+    return None, False
+
+
+def candidates(df: pd.DataFrame) -> list[dict]:
+    """One dict per (cell, GPU) a full-size training cell was judged against or ran on."""
+    out = []
+    for _, r in df[df["mode"].isin(("sim", "cuda"))].iterrows():
+        if not is_training(r) or other_workload(r) or (not missing(r["world_size"]) and int(r["world_size"]) > 1):
+            continue
+        if r["mode"] == "sim":
+            if r["status"] != "ok":
+                continue
+            caps = jcol(r, "verdict_gpu_memory_bytes") or {}
+            pairs = [(g, v, caps.get(g)) for g, v in (jcol(r, "verdicts") or {}).items() if v in RANK]
+        else:
+            verdict = {"ok": "fits", "oom": "oom"}.get(r["status"])
+            pairs = [(r["gpu"], verdict, None if missing(r["gpu_memory_bytes"]) else int(r["gpu_memory_bytes"]))] \
+                if verdict else []
+        need, lower = need_of(r)
+        for gpu, verdict, cap in pairs:
+            out.append({"row": r, "model": r["model"], "gpu": gpu, "verdict": verdict, "capacity": cap,
+                        "need": need if verdict != "oom" or r["mode"] == "sim" else None, "lower": lower,
+                        "speed": speed_of(r, gpu) if r["mode"] == "sim" else None,
+                        "recipe": recipe_name(r["technique"])})
+    return out
+
+
+def ranked(group: list[dict]) -> tuple[list[dict], bool]:
+    """(the rows to show in order, whether a speed ranking was possible)."""
+    fit = [c for c in group if c["verdict"] == "fits"]
+    timed = any(c["speed"] or c["row"]["mode"] == "cuda" and not missing(c["row"]["step_s_median"]) for c in fit)
+
+    def step_s(c):
+        if c["row"]["mode"] == "cuda":
+            return math.inf if missing(c["row"]["step_s_median"]) else float(c["row"]["step_s_median"])
+        return c["speed"]["step_s"] if c["speed"] else math.inf
+
+    def headroom(c):
+        return -(c["capacity"] - c["need"]) if c["capacity"] and c["need"] is not None else math.inf
+
+    fit.sort(key=lambda c: (step_s(c), headroom(c)) if timed else (headroom(c),))
+    tight = sorted((c for c in group if c["verdict"] == "tight"), key=headroom)
+    oom = sorted((c for c in group if c["verdict"] == "oom" and c["recipe"]), key=lambda c: c["row"]["technique"])
+    return fit + tight + oom, timed
+
+
+def fit_columns(fits: pd.DataFrame | None, row, gpu: str) -> tuple[str, str]:
+    """(largest sequence at batch 1, largest batch at the study's sequence), as text."""
+    if fits is None:
+        return "not searched", "not searched"
+    hit = fits[(fits["cell"] == row["cell"]) & (fits["gpu"] == gpu)]
+    if not len(hit):
+        return "not searched", "not searched"
+    f = hit.iloc[0]
+
+    def said(answer, value, limit, unit):
+        if answer == "fits":
+            return f"{int(float(value)):,}{unit}"
+        if answer == "beyond":
+            return f"≥ {int(float(value or limit)):,}{unit} (limit searched)"
+        if answer == "none":
+            return "none fits"
+        return f"error: {f.get('reason', '') or 'no reason given'}"
+    return (said(f["seq_answer"], f["max_seq_at_batch1"], f["seq_limit"], " tokens"),
+            said(f["batch_answer"], f["max_batch_at_seq"], f["batch_limit"], ""))
+
+
+def lookup_row(c: dict, fits, recommended: bool, rank: int) -> dict:
+    r, cap, need = c["row"], c["capacity"], c["need"]
+    share = f"{need / cap * 100:.0f}%" if cap and need is not None else DASH
+    room = cap - need if cap and need is not None else None
+    seq, batch = fit_columns(fits, r, c["gpu"])
+    if r["mode"] == "cuda":
+        step, tokens = (DASH if missing(r["step_s_median"]) else f"{float(r['step_s_median']):.2f} s",
+                        fmt_count(r["tokens_per_s"]))
+        how = "cuda-measured"
+    elif c["speed"]:
+        step, tokens, how = f"{c['speed']['step_s']:.2f} s", fmt_count(c["speed"].get("tokens_per_s")), \
+            f"modelled ({c['speed'].get('calibration', 'calibration not said')}): {c['speed'].get('how', '')}"
+    else:
+        step, tokens, how = "no speed model", DASH, ""
+    return {"cell": r["cell"], "technique": r["technique"], "recipe": c["recipe"], "verdict": c["verdict"],
+            "recommended": recommended, "rank": rank, "dtypes": dtypes_text(r),
+            "need": ("≥ " if c["lower"] else "") + fmt_gib(need), "share": share,
+            "headroom": fmt_gib(room, signed=True), "headroom_tone": "" if room is None else "worse" if room < 0 else "better",
+            "seq": seq, "batch": batch, "batch_seq": "" if missing(r["seq_len"]) else str(int(r["seq_len"])),
+            "step": step, "tokens": tokens, "speed_how": how,
+            "provenance": provenance(r) + (" · speed modelled" if c["speed"] else ""),
+            "models": [r["model"]], "gpus": [c["gpu"]], "modes": [r["mode"]]}
+
+
+def section(df: pd.DataFrame, fits: pd.DataFrame | None = None):
+    """The lookup (None when the run has no full-size training cell)."""
+    by_pair: dict[tuple, list] = {}
+    for c in candidates(df):
+        by_pair.setdefault((c["model"], c["gpu"]), []).append(c)
+    groups = []
+    for (model, gpu), group in sorted(by_pair.items()):
+        rows, timed = ranked(group)
+        if not rows:
+            continue
+        cap = next((c["capacity"] for c in group if c["capacity"]), None)
+        best = rows[0] if timed and rows[0]["verdict"] == "fits" else None
+        if best:
+            answer = f"recommended: {best['row']['technique']}"
+        elif any(c["verdict"] == "fits" for c in rows):
+            answer = UNRANKED + " (fitting recipes listed by headroom)"
+        else:
+            answer = "nothing in this run fits"
+        groups.append({"model": model, "gpu": gpu, "capacity": fmt_gib(cap), "answer": answer,
+                       "rows": [lookup_row(c, fits, c is best, i + 1) for i, c in enumerate(rows)]})
+    if not groups:
+        return None
+    return {"kind": "lookup", "title": "Will it fit, and how fast? (per model and GPU)", "groups": groups,
+            "fits_source": "the fits search (results/fits.csv)" if fits is not None else "not searched in this run",
+            "note": "Pick a model and a GPU above (the choice is kept in the URL to share). Need: what the step "
+                    "asks of the card, the modelled reserved peak plus the CUDA context and workspace reserve, "
+                    "exactly what the verdict compares with the card's memory. Ranking: fastest estimated step "
+                    "time first (speed model, per GPU); FLOPs are never used to rank. Single-device recipes "
+                    "that train the study's workload; multi-GPU cells are in the tables below."}

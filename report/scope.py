@@ -1,0 +1,43 @@
+"""What the numbers leave out: the short 'not included' list near the top of the page.
+
+Each item is said only when it applies to this run (read from the table: its modes, the
+records' details), so the list never claims a gap the run does not have.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from report.fmt import details, knobs
+
+
+def _any(df, test) -> bool:
+    return any(test(r) for _, r in df.iterrows())
+
+
+def section(df: pd.DataFrame, fits: pd.DataFrame | None = None) -> dict:
+    items = []
+    modes = set(df["mode"])
+    if "cuda" not in modes:
+        items.append("No GPU measurement yet: every full-size number is simulated (fake tensors) and every "
+                     "speed shown is modelled; only the small CPU models were run for real.")
+    sim = df[df["mode"] == "sim"]
+    reserves = {details(r).get("verdict_reserve_bytes") for _, r in sim.iterrows()} - {None}
+    if reserves:
+        items.append("The CUDA context and cuBLAS workspaces are a fixed reserve of "
+                     + " / ".join(f"{b / 2**20:.0f} MiB" for b in sorted(reserves) if isinstance(b, (int, float)))
+                     + " per card, not measured (it varies with driver and GPU by a few hundred MiB).")
+    if _any(df, lambda r: knobs(r).get("dist")):
+        items.append("NCCL communication buffers and DeepSpeed's bucket buffers of multi-GPU cells; "
+                     "ZeRO sharding in sim is worked out by formula (marked 'analytic').")
+    else:
+        items.append("NCCL communication buffers (no multi-GPU cell in this run).")
+    items.append("Other processes on the card (a display, a second job) and the memory nvidia-smi shows above "
+                 "the CUDA total.")
+    items.append("The data loader, the tokenizer and host memory during training; checkpoint saving.")
+    if not sim.empty and not _any(sim, lambda r: isinstance(details(r).get("speed_model"), dict)):
+        items.append("Speed: no speed model in these records, so no step time is estimated and recipes are "
+                     "not ranked by speed.")
+    if fits is None:
+        items.append("The largest sequence and batch that fit: not searched in this run (the fits search, "
+                     "results/fits.csv, was not given).")
+    return {"title": "Not included", "lines": items}

@@ -1,0 +1,112 @@
+"""The answer-first parts of the report (report/lookup.py, effects.py, scope.py, fits_table.py)
+over made-up records (tests/records.py: answer_records, with made-up speed-model estimates, and
+tests/data/fits.csv).
+
+    pytest tests/test_report_answer.py -q
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from report import build, effects, lookup, scope, table
+from report.fits_table import FitsError, read_fits
+from tests.records import FITS_CSV, answer_records, cpu_records, sim_records
+
+
+@pytest.fixture(scope="module")
+def df():
+    return table.to_frame(answer_records() + cpu_records() + sim_records())
+
+
+def groups(section) -> dict:
+    return {(g["model"], g["gpu"]): g for g in section["groups"]}
+
+
+def test_recommendation_is_ranked_by_the_speed_model_per_gpu(df):
+    got = groups(lookup.section(df, read_fits(FITS_CSV)))
+    card = got[("qwen2.5-7b", "rtx-4090")]
+    assert [r["technique"] for r in card["rows"]][:2] == ["lora+gc+bf16", "qlora+gc"]   # 2.9 s before 3.6 s
+    assert card["rows"][0]["recommended"] and card["answer"] == "recommended: lora+gc+bf16"
+    big = got[("qwen2.5-7b", "h100-80gb")]
+    # on the big card the full bf16 recipe is the fastest that fits; QLoRA is not called fastest
+    assert big["rows"][0]["technique"] == "adamw8bit+gc+bf16" and big["rows"][0]["recommended"]
+    assert [r["technique"] for r in big["rows"] if r["recommended"]] == ["adamw8bit+gc+bf16"]
+    # no speed model for the T4: nothing is recommended, and FLOPs do not stand in
+    t4 = got[("qwen2.5-7b", "t4")]
+    assert not any(r["recommended"] for r in t4["rows"]) and t4["answer"].startswith("ranking unavailable")
+    assert t4["rows"][0]["step"] == "no speed model"
+
+
+def test_need_share_headroom_and_the_common_recipes_that_do_not_fit(df):
+    rows = {r["technique"]: r for r in groups(lookup.section(df))[("qwen2.5-7b", "rtx-4090")]["rows"]}
+    lora = rows["lora+gc+bf16"]
+    # modelled reserved 19.15 GiB + the 576 MiB reserve = 19.71 GiB of a 24 GiB card
+    assert (lora["need"], lora["share"], lora["headroom"]) == ("19.71", "82%", "+4.29")
+    assert lora["step"] == "2.90 s" and lora["tokens"] == "706" and "speed modelled" in lora["provenance"]
+    assert lora["dtypes"] == "weights bf16+fp32 · grads fp32 · optimizer fp32"
+    assert rows["lora+gc"]["verdict"] == "oom" and rows["lora+gc"]["recipe"] == "LoRA + gc, fp32 base"
+    assert rows["lora+gc"]["headroom"].startswith("\N{MINUS SIGN}")
+    assert "lora" not in rows and "baseline" not in rows       # oom, and not a recipe people use: left out
+    assert lora["seq"] == lora["batch"] == "not searched"      # no fits search given
+
+
+def test_fits_search_answers(df):
+    got = groups(lookup.section(df, read_fits(FITS_CSV)))
+    rows = {r["technique"]: r for r in got[("qwen2.5-7b", "rtx-4090")]["rows"]}
+    assert (rows["lora+gc+bf16"]["seq"], rows["lora+gc+bf16"]["batch"]) == ("9,216 tokens", "3")
+    assert rows["qlora+gc"]["seq"] == "≥ 32,768 tokens (limit searched)"
+    assert rows["lora+gc"]["seq"] == rows["lora+gc"]["batch"] == "none fits"
+    t4 = {r["technique"]: r for r in got[("qwen2.5-7b", "t4")]["rows"]}
+    assert t4["qlora+gc"]["seq"] == "error: the simulation ran out of time"
+    assert rows["adamw8bit+gc+bf16"]["seq"] == "not searched"   # no row in the search
+
+
+def test_a_bad_fits_file_is_refused_naming_file_and_column(tmp_path):
+    bad = tmp_path / "fits.csv"
+    bad.write_text(FITS_CSV.read_text().replace(",fits,3,fits,", ",fits,3,maybe,", 1))
+    with pytest.raises(FitsError, match=r"fits\.csv: row 2, column batch_answer: 'maybe'"):
+        read_fits(bad)
+    bad.write_text("study,model\nx,y\n")
+    with pytest.raises(FitsError, match="missing column.*technique"):
+        read_fits(bad)
+    assert build.main(["/nonexistent/table.csv", "--out", str(tmp_path / "r.html")]) == 2
+
+
+def test_effects_said_where_they_matter(df):
+    sec = effects.section(df, "sim")
+    rows = [r for g in sec["groups"] if g["title"] == "qwen2.5-7b" for r in g["rows"]]
+    gc = {r["context"]: r for r in rows if r["technique"] == "gc"}
+    added = gc["added to the baseline"]
+    assert added["measured"] == "nothing shrank" and added["saved"] == "0"
+    assert added["phase"] == "peak is in the optimizer step; the forward peak shrank 10.00 GiB"
+    removed = gc["removed from LoRA + gc, fp32 base"]
+    assert removed["saved"] == "15.00" and removed["measured"].startswith("activations") and removed["phase"] == ""
+    assert removed["cost"].startswith("+27.3% step time (modelled, 1 GPUs")      # 1.4 s against 1.1 s
+    assert gc["added to the baseline"]["cost"] == "no speed model"
+    bf16 = {r["context"]: r for r in rows if r["technique"] == "bf16"}
+    assert bf16["removed from LoRA + gc + bf16"]["measured"].startswith("parameters")
+
+
+def test_sim_tables_never_say_measured_and_rows_carry_dtypes(df):
+    page = build.render(df, commit="x", built_at="now")
+    sim = page[page.index('<section id="mode-sim"'):page.index('<section id="mode-cpu"')]
+    for kind in ("summary", "effects"):
+        start = sim.index(f'<table class="{kind} sortable">')
+        body = sim[start:sim.index("</table>", start)]
+        assert "measured" not in re.sub(r"<[^>]+>", " ", body), kind
+    assert page.index('id="mode-sim"') < page.index('id="mode-cpu"')     # full size before the CPU evidence
+    assert page.index('id="answer"') < page.index('id="mode-sim"')
+    summary = sim[sim.index('<table class="summary sortable">'):]
+    rows = re.findall(r'<tr id="cell-[^"]+".*?</tr>', summary, re.S)
+    assert rows and all("weights " in r or "optimizer " in r for r in rows)
+    assert re.search(r'<option value="rtx-4090">rtx-4090 · 24.00 GiB</option>', page)   # capacity in the GPU menu
+
+
+def test_not_included_says_what_applies(df):
+    lines = scope.section(df)["lines"]
+    assert any(t.startswith("No GPU measurement yet") for t in lines)
+    assert any("NCCL" in t for t in lines) and any("not searched" in t for t in lines)
+    assert not any("no speed model in these records" in t for t in lines)   # the 7B cells carry one
+    assert not any("not searched" in t for t in scope.section(df, read_fits(FITS_CSV))["lines"])
