@@ -36,7 +36,7 @@ from pathlib import Path
 
 import yaml
 
-from bench import atomic, fits, inputs, matrix, verdicts
+from bench import atomic, fits, fits_csv, inputs, matrix, verdicts
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STUDY = "sim-7b-8b"  # its techniques are the default list
@@ -229,8 +229,8 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         rec = ln.get("record") or {}
         need = rec.get("modelled_reserved_peak_bytes")
         row = ln.get("fit")
-        seq = fits.answer_text(row, "seq") if row else "not searched"
-        bat = fits.answer_text(row, "batch") if row else "not searched"
+        seq = fits_csv.answer_text(row, "seq") if row else "not searched"
+        bat = fits_csv.answer_text(row, "batch") if row else "not searched"
         need_s = f"{need / GiB:9.2f}" if need else f"{'-':>9}"
         out.append(f"{ln['technique']:<28} {ln['verdict'] or '?':<8} {need_s} {cap / GiB:>7.2f}  {seq:<47.47} "
                    f"{bat:<40.40} {speed(rec, gpu)}")
@@ -241,6 +241,7 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
                "reserve. Where each answer came from:")
     for ln in lines:
         out.append(f"  {ln['technique']}: record {_short(ln.get('source', '-'))}; fits {_short(ln.get('fits_source', '-'))}")
+    out += peer_lines(lines)
     if best:
         good = [ln for ln in lines if ln.get("verdict") == "fits"]
 
@@ -254,9 +255,22 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
                    if good else "best recipes: none of these fits")
         for ln in good[:5]:
             row = ln.get("fit")
-            reach = f"largest sequence at batch 1: {fits.answer_text(row, 'seq')}" if row else "not searched"
+            reach = f"largest sequence at batch 1: {fits_csv.answer_text(row, 'seq')}" if row else "not searched"
             out.append(f"  {ln['technique']}: {reach}; {speed(ln['record'], gpu)}")
     return "\n".join(out)
+
+
+def peer_lines(lines: list[dict]) -> list[str]:
+    """What weights-and-optimizer estimators say about the same model (``details.peers``: their
+    own functions, run offline in the sim worker), beside our whole-step need. They count no
+    activations and no technique, so one record's figures serve every line above."""
+    peers = next((d["peers"] for ln in lines if (d := (ln.get("record") or {}).get("details") or {}).get("peers")), [])
+    if not peers:
+        return []
+    out = ["", "the same model by estimators of weights and optimizer state only (no activations, no technique; "
+               "details.peers):"]
+    out += [f"  {p['source']}: {p['what']}: {p['bytes'] / GiB:.2f} GiB" for p in peers]
+    return out
 
 
 def _short(text) -> str:

@@ -38,40 +38,15 @@ the analytic per-rank partitioning of phase peaks, not a trace: bench/worker/sim
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 import time
 from pathlib import Path
 
-from bench import atomic, inputs, interp, replay, verdicts
+from bench import atomic, interp, replay, verdicts
+from bench.fits_csv import BATCH_LIMIT, RESOLUTION_TOKENS, collect, row, seq_limit
 
-RESOLUTION_TOKENS = 256
-SEQ_LIMIT = 131072
-BATCH_LIMIT = 256
 EXACT_BUDGET = 6  # full simulations per axis where interpolation is not exact
-COLUMNS = ("study", "model", "technique", "gpu", "cell", "seq_len", "batch_size", "resolution_tokens",
-           "seq_limit", "batch_limit", "max_seq_at_batch1", "seq_answer", "max_batch_at_seq", "batch_answer",
-           "peak_at_max_seq_bytes", "peak_at_next_seq_bytes", "peak_at_max_batch_bytes",
-           "peak_at_next_batch_bytes", "verdict_rule", "provenance", "reason", "how", "inputs_sha256")
-RULE = ("fits: the modelled reserved peak (allocation trace replayed through bench/allocator.py's CUDA "
-        f"caching-allocator model) <= GPU memory - {verdicts.RESERVE_BYTES // verdicts.MiB} MiB (bench/verdicts.py); "
-        "peaks given are modelled reserved bytes")
-ANSWER_WORDS = {"fits": "largest that fits", "beyond": "fits beyond the limit searched",
-                "none": "does not fit at batch 1 x {min} tokens", "error": "not searched"}
-
-
-def seq_limit(spec: dict) -> int:
-    """The model's context length (max_position_embeddings) on the grid, at most SEQ_LIMIT."""
-    path = Path(spec["model_config"])
-    try:
-        cfg = json.loads((path / "config.json" if path.is_dir() else path).read_text())
-    except (OSError, ValueError):
-        cfg = {}
-    cfg = cfg.get("text_config", cfg)
-    ctx = cfg.get("max_position_embeddings") or SEQ_LIMIT
-    return max(RESOLUTION_TOKENS, min(SEQ_LIMIT, ctx) // RESOLUTION_TOKENS * RESOLUTION_TOKENS)
-
 
 def not_searched(spec: dict) -> str | None:
     """Why this cell gets no search (an ``error`` row), or None."""
@@ -221,7 +196,7 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
     gpus = spec["verdict_gpus"] or {}
     why = not_searched(spec)
     if why:
-        return {"rows": [_row(spec, g, {}, reason=why) for g in gpus], "simulated": [], "s": 0.0}
+        return {"rows": [row(spec, g, {}, reason=why) for g in gpus], "simulated": [], "s": 0.0}
     accum = spec["knobs"]["accum"]
     shapes = Shapes(spec, simulate, log_dir, simulate_many)
     if reuse is not None:
@@ -251,9 +226,9 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
             if shapes.fits[name] is None:
                 _budget(shapes, name)
             plan[name] = (_largest(lambda k, s=shape, a=name: shapes.peak(*s(k), a), n, caps), shape, n)
-        rows = [_row(spec, gpu, _evidence(shapes, plan, gpu, accum), how=_how(shapes)) for gpu in gpus]
+        rows = [row(spec, gpu, _evidence(shapes, plan, gpu, accum), how=_how(shapes)) for gpu in gpus]
     except SearchError as exc:
-        return {"rows": [_row(spec, g, {}, reason=str(exc)) for g in gpus], "simulated": shapes.simulated,
+        return {"rows": [row(spec, g, {}, reason=str(exc)) for g in gpus], "simulated": shapes.simulated,
                 "not_exact": shapes.why_not, "shapes_judged": len(shapes.reserved),
                 "s": round(time.monotonic() - t0, 2)}
     # shapes_judged: every shape whose peak the search needed (a full simulation each, without
@@ -285,7 +260,7 @@ def _none_rows(spec: dict, gpus: dict, shapes: Shapes, t0: float) -> dict:
     vals = {"seq_answer": "none", "batch_answer": "none", "peak_at_next_seq_bytes": at_min,
             "peak_at_next_batch_bytes": at_batch1}
     how = f"the smallest shape (batch 1 x {r} tokens) fits none of these GPUs; {len(shapes.simulated)} simulations"
-    return {"rows": [_row(spec, g, vals, how=how) for g in gpus], "simulated": shapes.simulated, "not_exact": {},
+    return {"rows": [row(spec, g, vals, how=how) for g in gpus], "simulated": shapes.simulated, "not_exact": {},
             "shapes_judged": len(shapes.reserved), "s": round(time.monotonic() - t0, 2)}
 
 
@@ -311,35 +286,6 @@ def _how(shapes: Shapes) -> str:
             parts.append(f"{name}: full simulations ({shapes.why_not.get(name, '')})")
     n = sum(1 for e in shapes.simulated if not e.get("reused"))
     return f"{'; '.join(parts)}; {n} simulations"
-
-
-def _row(spec: dict, gpu: str, vals: dict, reason: str = "", how: str = "") -> dict:
-    row = dict.fromkeys(COLUMNS)
-    row.update(study=spec["study"], model=spec["model"], technique="+".join(spec["techniques"]), gpu=gpu,
-               cell=spec["cell"], seq_len=spec["seq_len"], batch_size=spec["batch_size"],
-               resolution_tokens=RESOLUTION_TOKENS, seq_limit=seq_limit(spec),
-               batch_limit=BATCH_LIMIT, verdict_rule=RULE, provenance="simulated", reason=reason, how=how,
-               inputs_sha256=inputs.digest(spec["inputs_sha256"]))
-    if reason:
-        row.update(seq_answer="error", batch_answer="error")
-    row.update(vals)
-    return row
-
-
-def answer_text(row: dict, axis: str) -> str:
-    """'8192 tokens', 'batch 6 x 2048 tokens', 'fits beyond the limit searched (131072 tokens)',
-    'does not fit at batch 1 x 256 tokens'."""
-    ans = row[f"{axis}_answer"]
-    if ans == "error":
-        return f"not searched: {row['reason']}"
-    if ans == "none":
-        return ANSWER_WORDS["none"].format(min=row["resolution_tokens"]) if axis == "seq" else \
-            f"does not fit at batch 1 x {row['seq_len']} tokens"
-    value = row["max_seq_at_batch1"] if axis == "seq" else row["max_batch_at_seq"]
-    shape = f"{value} tokens" if axis == "seq" else f"batch {value} x {row['seq_len']} tokens"
-    if ans == "beyond":
-        return f"fits beyond the limit searched ({shape})"
-    return shape
 
 
 # -- command line ---------------------------------------------------------------------------
@@ -368,35 +314,6 @@ def run_cell(spec: dict, out: Path, results: Path = Path("results"), jobs: int =
     doc.update(cell=spec["cell"], inputs_sha256=spec["inputs_sha256"])
     atomic.write_json(out, doc)
     return doc
-
-
-def collect(paths, cells: dict, out: Path) -> int:
-    """results/fits.csv from the per-cell files, in matrix order; a sim cell without its file
-    is an error row."""
-    docs = {}
-    for p in paths:
-        doc = json.loads(Path(p).read_text())
-        docs[doc["cell"]] = doc
-    rows = []
-    for cid, spec in cells.items():
-        if spec["mode"] != "sim":
-            continue
-        doc = docs.get(cid)
-        if doc is None or doc.get("inputs_sha256") != spec["inputs_sha256"]:
-            why = "no fits file" if doc is None else "fits file made from other inputs"
-            # no inputs digest: the row answers nothing about these inputs (bench/cli.py skips it)
-            rows += [dict(_row(spec, g, {}, reason=why), inputs_sha256=None) for g in spec["verdict_gpus"]]
-        else:
-            rows += [dict(r, inputs_sha256=inputs.digest(spec["inputs_sha256"])) for r in doc["rows"]]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    with open(tmp, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS)
-        w.writeheader()
-        for row in rows:
-            w.writerow({k: "" if row.get(k) is None else row[k] for k in COLUMNS})
-    tmp.replace(out)
-    return len(rows)
 
 
 def main(argv=None) -> int:

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from bench import fits, interp, launch, matrix, verdicts
+from bench import fits, fits_csv, interp, launch, matrix, verdicts
 from bench import identical
 from bench.simpool import SimPool
 
@@ -92,7 +92,7 @@ def test_search_answers_equal_every_grid_point_simulated(tmp_path):
         doc = fits.search(spec, pool.run_cell)
         assert doc["not_exact"] == {}, doc["not_exact"]  # both axes interpolated
         brute = {}
-        for s in range(256, fits.seq_limit(spec) + 1, 256):
+        for s in range(256, fits_csv.seq_limit(spec) + 1, 256):
             rec = pool.run_cell(dict(spec, seq_len=s, batch_size=1))
             brute[("seq", s)] = rec
             if s in (768, 1792):  # shapes the fit never sampled: the interpolated trace is the simulated one
@@ -107,7 +107,7 @@ def test_search_answers_equal_every_grid_point_simulated(tmp_path):
         ok = [s for (axis, s), rec in brute.items() if axis == "seq" and rec["verdicts"][gpu] == "fits"]
         if not ok:
             assert row["seq_answer"] == "none" and row["max_seq_at_batch1"] is None
-            assert fits.answer_text(row, "seq") == "does not fit at batch 1 x 256 tokens"
+            assert fits_csv.answer_text(row, "seq") == "does not fit at batch 1 x 256 tokens"
         else:
             assert row["max_seq_at_batch1"] == max(ok)
             assert row["seq_answer"] == ("beyond" if max(ok) == 2048 else "fits")
@@ -128,7 +128,7 @@ def test_search_answers_equal_every_grid_point_simulated(tmp_path):
     assert len(small["simulated"]) == 2 and row["seq_answer"] == row["batch_answer"] == "none"
     assert row["peak_at_next_seq_bytes"] == brute[("seq", 256)]["modelled_reserved_peak_bytes"]
     assert row["peak_at_next_batch_bytes"] == brute[("batch", 1)]["modelled_reserved_peak_bytes"]
-    assert fits.answer_text(row, "batch") == "does not fit at batch 1 x 512 tokens"
+    assert fits_csv.answer_text(row, "batch") == "does not fit at batch 1 x 512 tokens"
 
 
 @pytest.mark.slow
@@ -172,10 +172,10 @@ def test_collect_writes_one_row_per_sim_cell_and_gpu(tmp_path):
     doc.update(cell=spec["cell"], inputs_sha256=spec["inputs_sha256"])
     (tmp_path / "one.json").write_text(json.dumps(doc))
     out = tmp_path / "fits.csv"
-    n = fits.collect([tmp_path / "one.json"], cells, out)
+    n = fits_csv.collect([tmp_path / "one.json"], cells, out)
     rows = list(csv.DictReader(out.open()))
     assert n == len(rows) == sum(len(s["verdict_gpus"]) for s in cells.values() if s["mode"] == "sim")
-    assert list(rows[0]) == list(fits.COLUMNS)
+    assert list(rows[0]) == list(fits_csv.COLUMNS)
     mine = [r for r in rows if r["cell"] == spec["cell"]]
     assert mine and all("partitioning" in r["reason"] for r in mine)
     others = [r for r in rows if r["cell"] != spec["cell"]]
@@ -188,14 +188,20 @@ def test_fit_command_answers_from_a_fits_table_of_the_same_inputs(tmp_path):
     import sys
     spec = matrix.load()["qwen2.5-7b__sim__lora+gc+bf16"]
     vals = {"max_seq_at_batch1": 3840, "seq_answer": "fits", "max_batch_at_seq": None, "batch_answer": "none"}
-    doc = {"cell": spec["cell"], "inputs_sha256": spec["inputs_sha256"], "rows": [fits._row(spec, "rtx-4090", vals)]}
+    doc = {"cell": spec["cell"], "inputs_sha256": spec["inputs_sha256"], "rows": [fits_csv.row(spec, "rtx-4090", vals)]}
     (tmp_path / "one.json").write_text(__import__("json").dumps(doc))
-    fits.collect([tmp_path / "one.json"], {spec["cell"]: spec}, tmp_path / "fits.csv")
+    fits_csv.collect([tmp_path / "one.json"], {spec["cell"]: spec}, tmp_path / "fits.csv")
     cmd = [sys.executable, "-m", "bench.cli", "fit", "qwen2.5-7b", "--gpu", "rtx-4090", "--techniques",
            "lora+gc+bf16", "--no-search", "--results", str(tmp_path)]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=launch.ROOT, check=True).stdout
     assert "3840 tokens" in out and "does not fit at batch 1 x 2048 tokens" in out
     assert f"fits {tmp_path}/fits.csv" in out
+    # beside it, the weights-and-Adam estimators on the same model, from the record's details.peers
+    peers = {p["source"]: p["bytes"] for p in __import__("json").loads(
+        (launch.ROOT / "results/reference/cells" / f"{spec['cell']}.json").read_text()
+    )["benchmarks"][0]["extra_info"]["details"]["peers"]}
+    assert f"accelerate estimate-memory (float32 row): Training using Adam: " \
+           f"{peers['accelerate estimate-memory (float32 row)'] / 2**30:.2f} GiB" in out
     # another shape is another question: the same table does not answer it
     out = subprocess.run([*cmd, "--seq", "1024"], capture_output=True, text=True, cwd=launch.ROOT, check=True).stdout
     assert f"fits {tmp_path}/fits.csv" not in out
