@@ -297,6 +297,10 @@ def _details_problems(rec: dict) -> list[str]:
         elif kind is list and key in ("peers", "ranks") and not all(isinstance(x, dict) for x in value):
             out.append(f"details.{key} holds something other than objects")
     out += _speed_problems(details)
+    states = details.get("model_state_bytes")
+    if rec["status"] == "ok" and isinstance(states, int) and states <= 0 and rec.get("params_total"):
+        out.append(f"details.model_state_bytes is {states}: a model with {rec['params_total']} parameters "
+                   "holds weights at every phase")
     return out
 
 

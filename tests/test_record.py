@@ -129,6 +129,14 @@ def test_details_the_report_reads_are_checked(specs):
     assert record.problems(failed) == []          # a failure need not carry what an ok record proves
 
 
+def test_a_record_whose_model_holds_no_state_is_caught(specs):
+    rec = ok_record(specs["tiny-llama__sim__zero3+w4"])
+    rec["details"]["model_state_bytes"] = 123
+    assert record.problems(rec) == []
+    rec["details"]["model_state_bytes"] = 0  # read from an empty phase (opt-in-bwd has no optimizer step)
+    assert any("details.model_state_bytes is 0" in p for p in record.problems(rec))
+
+
 def test_the_contract_lists_every_details_key_the_report_reads():
     read = set()
     for path in (REPO / "report").glob("*.py"):

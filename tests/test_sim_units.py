@@ -104,3 +104,14 @@ def test_a_published_allocator_figure_is_compared_without_paged_optimizer_state(
     device = simulate.published({"peak_gib": 10.0, "measure": "nvidia-smi"}, 16 * gib, 6 * gib)
     assert device["simulated_peak_gib"] == 16.0 and device["compared"] == "peak"
     assert simulate.published({"peak_gib": 8.0, "measure": "active"}, 16 * gib, 0)["signed_error"] == 1.0
+
+
+def test_model_states_are_read_where_they_peak_also_when_the_step_runs_in_backward():
+    from bench.worker.sim.simulate import states_phase_of
+    zero = dict.fromkeys(("activations", "gradients", "kv_cache", "optimizer", "other", "parameters", "temporaries"), 0)
+    usual = {"forward": {**zero, "parameters": 4, "optimizer": 8, "activations": 9},
+             "backward": {**zero, "parameters": 4, "optimizer": 8, "gradients": 3, "activations": 5},
+             "optimizer": {**zero, "parameters": 4, "optimizer": 8, "gradients": 4}}
+    assert states_phase_of(usual) == "optimizer"
+    in_backward = {**usual, "backward": {**usual["backward"], "gradients": 1}, "optimizer": dict(zero)}
+    assert states_phase_of(in_backward) == "backward"  # opt-in-bwd: the optimizer phase is empty

@@ -85,13 +85,22 @@ def _deepspeed_master(session, knobs: dict, phases: dict, rounding, details: dic
     return sharding.deepspeed_master(phases, knobs["dist"], master, state, bf16)
 
 
+def states_phase_of(phases: dict) -> str:
+    """The phase at whose peak the model states (weights + gradients + optimizer state) are
+    largest: the optimizer step, where all three live, unless the step runs inside backward
+    (``opt-in-bwd``: the optimizer phase is empty and the states peak in backward)."""
+    return max(phases, key=lambda p: (sum(phases[p][c] for c in ("parameters", "gradients", "optimizer")),
+                                      p == "optimizer"))
+
+
 def run(spec: dict, cuda_model: bool = True) -> dict:
     """Record fields for a sim cell (see the module docstring). What sim cannot run was
     decided when the matrix loaded (bench/techniques.py ``skip_reason``)."""
     step = single_process(spec)
     out, tracker, fake = simulate_step(step, cuda_model)
     phases = tracker.phase_breakdown()
-    states = phases["optimizer"]  # the optimizer step: weights, gradients and state all live
+    states_phase = states_phase_of(phases)
+    states = phases[states_phase]
     out.update(step_s_median=None, tokens_per_s=None, flops_per_step=fake.flops)
     details = out["details"]
     details.update(simulated=CUDA_MODEL if cuda_model else "cpu kernels, exact bytes",
@@ -108,7 +117,7 @@ def run(spec: dict, cuda_model: bool = True) -> dict:
         part = sharding.partition(phases, dist, n, units)
         out.update(peak_bytes=part["peak_bytes"], breakdown_bytes=part["breakdown_bytes"],
                    phase_peak_bytes=part["phase_peak_bytes"], step_peak_bytes=None)
-        states = sharding.partition({"optimizer": phases["optimizer"]}, dist, n)["breakdown_bytes"]
+        states = sharding.partition({states_phase: phases[states_phase]}, dist, n)["breakdown_bytes"]
         details.update(zero_partitioning=f"{sharding.LABEL}: {dist} at world size {n}",
                        zero_peak_phase=part["peak_phase"])
     profiles = spec["verdict_gpus"]
