@@ -36,15 +36,21 @@ OPEN = {
     "lora+bf16+adamw-fused+packing+compile+chunked-ce+gc+act-offload":
         "simulated 11% above (9.5 GiB against 8.5): the table's flags for LoRA are the full rows' but "
         "optimizer-in-backward and 8-bit AdamW (its README says so), the adapters bf16 as torchtune's "
-        "(adapter_dtype: bf16), rank 64 on q/v/output projections and the MLP as its 3B_lora config; "
-        "the extra GiB is not explained.",
+        "(adapter_dtype: bf16), rank 64 on q/v/output projections and the MLP as its 3B_lora config. "
+        "Our peak is at the start of backward: weights 6.15 + adapter state 0.34 + the eight chunks' saved "
+        "bf16 logits 2.0 + 1.0 GiB of the first chunk's CE backward (its fp32 softmax). torchtune also "
+        "compiles the loss, whose fused kernel would not hold that fp32 chunk (about 0.5 GiB); sim compiles "
+        "the decoder layers only, and compiling the loss too would move every compiled row (the +compile "
+        "row is already -3.6%), so it is not done on this row's say-so. The rest is not explained.",
     "bf16+packing+compile+chunked-ce+gc+opt-in-bwd+act-offload+paged-adamw8bit":
         "simulated 44% below, like for like: the table's figure is torch's active memory, and bitsandbytes' "
         "paged states (6.0 GiB here) live in cudaMallocManaged memory that torch's allocator never counts, so "
-        "ours is compared without them (9.8 GiB; 15.8 GiB with them, the device figure our verdicts use). The "
-        "published run holds about 7.8 GiB in torch's allocator that our step does not; unexplained (the "
-        "previous row, the same step with torch's fused AdamW, is within 1%). Earlier the row read -10% only "
-        "because the paged states were compared too.",
+        "ours is compared without them (9.8 GiB; 15.8 GiB with them, the device figure our verdicts use). "
+        "The published 17.6 GiB cannot come from paged states outside the allocator; torchtune's docs offer "
+        "torchao's AdamW8bit as well, whose states are torch tensors. Simulated alternatives (session 4): "
+        "states in the allocator (bitsandbytes AdamW8bit) with optimizer-in-backward 15.8 GiB (-10.3%), "
+        "without it 19.5 GiB (+10.9%); paged without optimizer-in-backward 13.5 GiB (-23%). None is within "
+        "10% and the table does not say which ran, so no setting is picked to fit it.",
 }
 
 
