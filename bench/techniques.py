@@ -40,6 +40,13 @@ DEFAULT_KNOBS = {
     "dora": False,              # peft DoRA (weight-decomposed LoRA)
     "lora_targets": "options",  # options (technique_options.lora.target_modules) | all-linear
     "kbit_extras": "bf16",      # QLoRA's non-quantized weights: bf16 (torchtune, Unsloth, LLaMA-Factory) | fp32 (peft)
+    # workloads beyond the training step: generation and a vLLM engine's plan
+    "workload": "train",        # train | generate | vllm
+    "new_tokens": None,         # generate: tokens decoded after the prompt (new<N>; default 32)
+    "gpu_util": None,           # vllm: gpu_memory_utilization (util<x>; vLLM's default 0.9)
+    "max_model_len": None,      # vllm: max_model_len (len<N>; default the model's max_position_embeddings)
+    "max_batched_tokens": None, # vllm: max_num_batched_tokens (batched<N>; default vLLM's LLM-class one)
+    "coresident_gib": None,     # vllm: GiB another process holds on the same card (coresident<x>)
 }
 
 
@@ -204,6 +211,19 @@ CATALOG: dict[str, Technique] = dict([
        "the flag and ignores it: it always loads lazily)", saves="host memory at load",
        expected="lower host peak while loading", modes=frozenset({"cpu", "cuda"}),
        mode_note="a host-memory effect at load time; a simulated step loads nothing"),
+    # workloads beyond the training step, named like a technique (`generate+b8+s2048`, `vllm+util0.8`);
+    # no name means `train`
+    _t("train", {"workload": "train"}, "the training step (the default workload, spelled out)",
+       expected="reference point: the workload every other technique is measured on"),
+    _t("generate", {"workload": "generate"},
+       "transformers generation: prefill of the prompt (batch x seq), then greedy decoding of new "
+       "tokens with the KV cache (DynamicCache)", saves="-", expected="weights + KV cache + one step's activations",
+       overhead="-"),
+    _t("vllm", {"workload": "vllm"},
+       "vLLM engine start-up memory plan: gpu_memory_utilization x total, weights, profiled activation "
+       "peak, KV-cache blocks (sim: vLLM's rules, see README; cuda: vLLM itself, optional extra [vllm])",
+       expected="KV cache takes what the utilization leaves", overhead="-", modes=frozenset({"cuda", "sim"}),
+       mode_note="vLLM's engine runs on a GPU; cpu mode has no engine to plan (sim plans it per GPU profile)"),
 ])
 
 # The smallest value of each shape setting: the one home of these minimums, used by the
@@ -234,21 +254,51 @@ PATTERNS = dict([
               expected="activations scale with sequence length", overhead="shorter context"),
     _numbered("w", "world_size", "{n} processes (ranks)", saves="parameters, gradients, optimizer",
               expected="sharded states / N per GPU", overhead="communication"),
-])
+]) | {
+    # workload settings: generate's new tokens, vLLM's max_model_len and max_num_batched_tokens
+    re.compile(r"new([1-9][0-9]*)"): lambda n: Technique(
+        f"new{n}", {"new_tokens": n}, f"generate {n} new tokens after the prompt"),
+    re.compile(r"len([1-9][0-9]*)"): lambda n: Technique(
+        f"len{n}", {"max_model_len": n}, f"vLLM max_model_len {n}"),
+    re.compile(r"batched([1-9][0-9]*)"): lambda n: Technique(
+        f"batched{n}", {"max_batched_tokens": n}, f"vLLM max_num_batched_tokens {n}"),
+}
+
+
+def _util(text: str) -> Technique:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise ValueError(f"util{text}: gpu_memory_utilization must be in (0, 1], got {value}")
+    return Technique(f"util{text}", {"gpu_util": value},
+                     f"vLLM gpu_memory_utilization {value} (the fraction of the card's total memory vLLM requests)",
+                     expected="a smaller KV cache, room for other processes")
+
+
+# Decimal patterns (util0.8, coresident12.5): the group is a string, not an int.
+DECIMAL_PATTERNS = {
+    re.compile(r"util([0-9]+(?:\.[0-9]+)?)"): _util,
+    re.compile(r"coresident([0-9]+(?:\.[0-9]+)?)"): lambda x: Technique(
+        f"coresident{x}", {"coresident_gib": float(x)},
+        f"another process holds {x} GiB of the same card (e.g. a training run that has not released it)"),
+}
 
 SHARDED = {"zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "fsdp"}
 
 
 def lookup(name: str) -> Technique:
-    """The technique called ``name``; KeyError with the known names otherwise, ValueError
-    for a numbered one below its minimum (``s1``)."""
+    """The technique called ``name`` (catalogue, numbered or decimal pattern); KeyError with the
+    known names otherwise, ValueError for a setting out of range (``s1``, ``util1.5``)."""
     if name in CATALOG:
         return CATALOG[name]
     for pattern, make in PATTERNS.items():
         m = pattern.fullmatch(name)
         if m:
             return make(int(m.group(1)))
-    known = ", ".join(sorted(CATALOG)) + ", ga<N>, b<N>, s<N>, w<N>"
+    for pattern, make in DECIMAL_PATTERNS.items():
+        m = pattern.fullmatch(name)
+        if m:
+            return make(m.group(1))
+    known = ", ".join(sorted(CATALOG)) + ", ga<N>, b<N>, s<N>, w<N>, new<N>, len<N>, batched<N>, util<x>, coresident<x>"
     raise KeyError(f"unknown technique {name!r} (known: {known})")
 
 
@@ -262,124 +312,12 @@ def knobs(names: list[str]) -> dict:
             owner[knob], out[knob] = name, value
     for rule, reason in RULES:
         if rule(out, names):
-            raise ValueError(reason)
+            raise ValueError(reason(out, names) if callable(reason) else reason)
     return out
 
 
 BNB_OPTIMIZERS = {"adamw8bit", "paged-adamw8bit", "lion8bit"}
 ZERO = {"zero1", "zero2", "zero3", "zero2-offload", "zero3-offload"}
-
-# Combinations that cannot work, each found by running it (cpu, torch 2.13, DeepSpeed 0.19,
-# bitsandbytes 0.50). Everything else composes: ZeRO takes any torch or bitsandbytes
-# optimizer, FSDP2 takes LoRA, qlora takes amp-bf16/amp-fp16/bf16 and ZeRO.
-RULES = [
-    (lambda k, n: k["adapter"] == "qlora" and "fp32" in n,
-     "qlora computes in 16-bit over NF4 weights: it cannot be combined with fp32"),
-    (lambda k, n: k["world_size"] > 1 and k["dist"] not in SHARDED,
-     "a world size above 1 needs a sharding technique (zero1/2/3, zero*-offload or fsdp)"),
-    (lambda k, n: k["dist"] == "fsdp" and k["optimizer"] in BNB_OPTIMIZERS,
-     "fsdp cannot step a bitsandbytes optimizer (adamw8bit, lion8bit, or qlora's paged-adamw8bit): "
-     "its update kernels have no DTensor sharding rule"),
-    (lambda k, n: k["dist"] == "fsdp" and k["optimizer"] == "adafactor",
-     "fsdp cannot step torch's Adafactor: its factored row/column means fail DTensor sharding propagation"),
-    (lambda k, n: k["dist"] in ZERO and k["precision"] == "amp-fp16",
-     "DeepSpeed ZeRO has no gradient scaler for autocast fp16 (its own fp16 mode is pure fp16 weights): "
-     "use amp-bf16 or bf16"),
-    (lambda k, n: (k["dora"] or k["lora_targets"] != "options") and not k["adapter"],
-     "dora and lora-all change the adapters: combine them with lora or qlora"),
-    (lambda k, n: k["opt_in_bwd"] and k["dist"] in ZERO,
-     "DeepSpeed owns the optimizer step: it cannot run inside backward per parameter"),
-    (lambda k, n: k["opt_in_bwd"] and k["accum"] > 1,
-     "the optimizer in backward steps on every backward: it cannot accumulate gradients (torchtune refuses it too)"),
-    (lambda k, n: k["opt_in_bwd"] and k["precision"] == "amp-fp16",
-     "the fp16 gradient scaler must see every gradient before any step: no optimizer in backward"),
-]
-
-
-# Combinations that run in some modes but not others, beyond each technique's own ``modes``.
-# (Sim models DeepSpeed's bf16 path, fp32 master weights and moments, analytically:
-# bench/worker/sim/sharding.py.)
-MODE_RULES: list = []
-
-
-def skip_reason(names: list[str], knobs: dict, mode: str) -> str:
-    """Why a combination cannot run in ``mode`` (becomes a skipped record), or ''. Decided
-    once, when the matrix loads (bench/matrix.py puts it in the cell's spec)."""
-    for name in names:
-        tech = lookup(name)
-        if mode not in tech.modes:
-            return f"{name} does not run in {mode} mode: {tech.mode_note}"
-    for rule, modes, reason in MODE_RULES:
-        if mode not in modes and rule(knobs):
-            return f"not in {mode} mode: {reason}"
-    return ""
-
-
-# ---- workloads beyond the training step (issue 14): generation and a vLLM engine's plan ----
-# A separate block on purpose: the entries above are the training techniques. A cell names its
-# workload like a technique (`generate+b8+s2048`, `vllm+util0.8`); no name means `train`.
-DEFAULT_KNOBS.update({
-    "workload": "train",        # train | generate | vllm
-    "new_tokens": None,         # generate: tokens decoded after the prompt (new<N>; default 32)
-    "gpu_util": None,           # vllm: gpu_memory_utilization (util<x>; vLLM's default 0.9)
-    "max_model_len": None,      # vllm: max_model_len (len<N>; default the model's max_position_embeddings)
-    "max_batched_tokens": None, # vllm: max_num_batched_tokens (batched<N>; default vLLM's LLM-class one)
-    "coresident_gib": None,     # vllm: GiB another process holds on the same card (coresident<x>)
-})
-WORKLOADS = ("train", "generate", "vllm")
-CATALOG.update(dict([
-    _t("train", {"workload": "train"}, "the training step (the default workload, spelled out)",
-       expected="reference point: the workload every other technique is measured on"),
-    _t("generate", {"workload": "generate"},
-       "transformers generation: prefill of the prompt (batch x seq), then greedy decoding of new "
-       "tokens with the KV cache (DynamicCache)", saves="-", expected="weights + KV cache + one step's activations",
-       overhead="-"),
-    _t("vllm", {"workload": "vllm"},
-       "vLLM engine start-up memory plan: gpu_memory_utilization x total, weights, profiled activation "
-       "peak, KV-cache blocks (sim: vLLM's rules, see README; cuda: vLLM itself, optional extra [vllm])",
-       expected="KV cache takes what the utilization leaves", overhead="-", modes=frozenset({"cuda", "sim"}),
-       mode_note="vLLM's engine runs on a GPU; cpu mode has no engine to plan (sim plans it per GPU profile)"),
-]))
-
-
-def _util(text: str) -> Technique:
-    value = float(text)
-    if not 0 < value <= 1:
-        raise ValueError(f"util{text}: gpu_memory_utilization must be in (0, 1], got {value}")
-    return Technique(f"util{text}", {"gpu_util": value},
-                     f"vLLM gpu_memory_utilization {value} (the fraction of the card's total memory vLLM requests)",
-                     expected="a smaller KV cache, room for other processes")
-
-
-PATTERNS.update({
-    re.compile(r"new([1-9][0-9]*)"): lambda n: Technique(
-        f"new{n}", {"new_tokens": n}, f"generate {n} new tokens after the prompt"),
-    re.compile(r"len([1-9][0-9]*)"): lambda n: Technique(
-        f"len{n}", {"max_model_len": n}, f"vLLM max_model_len {n}"),
-    re.compile(r"batched([1-9][0-9]*)"): lambda n: Technique(
-        f"batched{n}", {"max_batched_tokens": n}, f"vLLM max_num_batched_tokens {n}"),
-})
-# Decimal patterns (util0.8, coresident12.5): the group is a string, not an int.
-DECIMAL_PATTERNS = {
-    re.compile(r"util([0-9]+(?:\.[0-9]+)?)"): _util,
-    re.compile(r"coresident([0-9]+(?:\.[0-9]+)?)"): lambda x: Technique(
-        f"coresident{x}", {"coresident_gib": float(x)},
-        f"another process holds {x} GiB of the same card (e.g. a training run that has not released it)"),
-}
-_lookup_numbered = lookup
-
-
-def lookup(name: str) -> Technique:
-    """The technique called ``name`` (catalogue, numbered or decimal pattern); KeyError otherwise."""
-    for pattern, make in DECIMAL_PATTERNS.items():
-        m = pattern.fullmatch(name)
-        if m:
-            return make(m.group(1))
-    try:
-        return _lookup_numbered(name)
-    except KeyError as exc:
-        raise KeyError(exc.args[0][:-1] + ", new<N>, len<N>, batched<N>, util<x>, coresident<x>)") from None
-
 
 # Knobs only a training step has, with the value that means "not used".
 TRAIN_ONLY = {"optimizer": "adamw", "gc": False, "accum": 1, "dist": None, "world_size": 1,
@@ -411,18 +349,52 @@ def _workload_clash(k: dict, names: list[str]) -> str:
     return ""
 
 
-RULES.append((lambda k, n: bool(_workload_clash(k, n)), "workload"))
-_knobs_training = knobs
+# Combinations that cannot work, each found by running it (cpu, torch 2.13, DeepSpeed 0.19,
+# bitsandbytes 0.50). Everything else composes: ZeRO takes any torch or bitsandbytes
+# optimizer, FSDP2 takes LoRA, qlora takes amp-bf16/amp-fp16/bf16 and ZeRO.
+# Each entry: (rule(knobs, names) -> bool, reason: a string, or a function of (knobs, names)).
+RULES = [
+    (lambda k, n: k["adapter"] == "qlora" and "fp32" in n,
+     "qlora computes in 16-bit over NF4 weights: it cannot be combined with fp32"),
+    (lambda k, n: k["world_size"] > 1 and k["dist"] not in SHARDED,
+     "a world size above 1 needs a sharding technique (zero1/2/3, zero*-offload or fsdp)"),
+    (lambda k, n: k["dist"] == "fsdp" and k["optimizer"] in BNB_OPTIMIZERS,
+     "fsdp cannot step a bitsandbytes optimizer (adamw8bit, lion8bit, or qlora's paged-adamw8bit): "
+     "its update kernels have no DTensor sharding rule"),
+    (lambda k, n: k["dist"] == "fsdp" and k["optimizer"] == "adafactor",
+     "fsdp cannot step torch's Adafactor: its factored row/column means fail DTensor sharding propagation"),
+    (lambda k, n: k["dist"] in ZERO and k["precision"] == "amp-fp16",
+     "DeepSpeed ZeRO has no gradient scaler for autocast fp16 (its own fp16 mode is pure fp16 weights): "
+     "use amp-bf16 or bf16"),
+    (lambda k, n: (k["dora"] or k["lora_targets"] != "options") and not k["adapter"],
+     "dora and lora-all change the adapters: combine them with lora or qlora"),
+    (lambda k, n: k["opt_in_bwd"] and k["dist"] in ZERO,
+     "DeepSpeed owns the optimizer step: it cannot run inside backward per parameter"),
+    (lambda k, n: k["opt_in_bwd"] and k["accum"] > 1,
+     "the optimizer in backward steps on every backward: it cannot accumulate gradients (torchtune refuses it too)"),
+    (lambda k, n: k["opt_in_bwd"] and k["precision"] == "amp-fp16",
+     "the fp16 gradient scaler must see every gradient before any step: no optimizer in backward"),
+    # what a workload other than training cannot take, and what only one workload takes
+    (lambda k, n: bool(_workload_clash(k, n)), _workload_clash),
+]
 
 
-def knobs(names: list[str]) -> dict:
-    """The knobs a combination sets, on top of DEFAULT_KNOBS; ValueError if impossible."""
-    try:
-        return _knobs_training(names)
-    except ValueError as exc:
-        if exc.args[0] != "workload":
-            raise
-        out = dict(DEFAULT_KNOBS)
-        for name in names:
-            out.update(lookup(name).sets)
-        raise ValueError(_workload_clash(out, names)) from None
+# Combinations that run in some modes but not others, beyond each technique's own ``modes``.
+# (Sim models DeepSpeed's bf16 path, fp32 master weights and moments, analytically:
+# bench/worker/sim/sharding.py.)
+MODE_RULES: list = []
+
+
+def skip_reason(names: list[str], knobs: dict, mode: str) -> str:
+    """Why a combination cannot run in ``mode`` (becomes a skipped record), or ''. Decided
+    once, when the matrix loads (bench/matrix.py puts it in the cell's spec)."""
+    for name in names:
+        tech = lookup(name)
+        if mode not in tech.modes:
+            return f"{name} does not run in {mode} mode: {tech.mode_note}"
+    for rule, modes, reason in MODE_RULES:
+        if mode not in modes and rule(knobs):
+            return f"not in {mode} mode: {reason}"
+    return ""
+
+
