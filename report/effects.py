@@ -21,7 +21,7 @@ import statistics
 import pandas as pd
 
 from report.compare import main_saving, other_workload, parts, same_shape, technique_meta
-from report.fmt import DASH, change_pct, contended, details, dtypes_text, fmt_gib, fmt_pct, missing, provenance, tone
+from report.fmt import DASH, change_pct, contended, details, dtypes_text, fmt_gib, fmt_pct, missing, provenance, row_gpus, tone
 from report.lookup import RECIPES, is_training
 
 PHASES = ("forward", "backward", "optimizer")
@@ -81,7 +81,7 @@ def effect_row(tech: str, context: str, w, wo) -> dict:
             "saved": fmt_gib(saved, signed=False), "saved_pct": fmt_pct(pct), "saved_tone": tone(saved),
             "difficulty": meta["difficulty"], "cost": cost, "cost_tone": tone(cost_sort, higher_is_better=False),
             "advice": meta["overhead"], "dtypes": dtypes_text(w), "cell": w["cell"],
-            "provenance": provenance(w), "models": [w["model"]], "gpus": [w["gpu"]]}
+            "provenance": provenance(w), "models": [w["model"]], "gpus": row_gpus(w)}
 
 
 def contexts():

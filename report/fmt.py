@@ -80,6 +80,14 @@ def jcol(row, column: str):
         return None
 
 
+def row_gpus(row) -> list[str]:
+    """The GPUs a row answers for, as the page's GPU filter reads them (``data-gpus``): the device
+    it ran on and, for a sim row, every GPU it is judged against (its verdicts), so a sim row stays
+    in view under any GPU it has a verdict for."""
+    verdicts = jcol(row, "verdicts")
+    return [row["gpu"], *(verdicts if isinstance(verdicts, dict) else {})]
+
+
 def details(row) -> dict:
     doc = jcol(row, "details")
     return doc if isinstance(doc, dict) else {}

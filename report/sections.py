@@ -11,7 +11,7 @@ from bench import techniques
 from report import GIB, effects, plot_fits, plot_pareto, plot_steps, plots
 from report.compare import baseline_of, main_saving, technique_meta
 from report.fmt import (DASH, analytic_note, change_pct, contended, details, dtypes_text, fmt_gib, fmt_pct, jcol,
-                        missing, provenance, sort_key, tone)
+                        missing, provenance, row_gpus, sort_key, tone)
 from report.plot_fits import VERDICTS
 
 
@@ -49,7 +49,6 @@ def summary_row(row: pd.Series, df: pd.DataFrame) -> dict:
         speed_text += " (timed beside other load)"  # measured, but not the cell's own speed
         speed = None  # no tone, no sort: a contended timing is no evidence of a cost
     meta = technique_meta(row["technique"])
-    verdicts = jcol(row, "verdicts") or {}
     return {
         "cell": row["cell"], "technique": row["technique"] or DASH, **meta, "dtypes": dtypes_text(row),
         "phase": effects.phase_note(row, base, saved) if comparable and saved is not None else "",
@@ -67,7 +66,7 @@ def summary_row(row: pd.Series, df: pd.DataFrame) -> dict:
         "status": row["status"] or "error", "reason": row["reason"],
         "provenance": provenance(row), "analytic": analytic_note(row),
         "is_baseline": row["technique"] == "baseline",
-        "models": [row["model"]], "gpus": [row["gpu"], *verdicts],
+        "models": [row["model"]], "gpus": row_gpus(row),
     }
 
 
@@ -252,7 +251,7 @@ def peers_section(df: pd.DataFrame, mode: str):
                 rows.append({"model": r["model"], "technique": r["technique"], "cell": r["cell"],
                              "source": str(peer.get("source", DASH)), "what": str(peer.get("what", DASH)),
                              "theirs": fmt_gib(_number(peer.get("bytes"))), "ours": fmt_gib(_number(peer.get("ours_bytes"))),
-                             "gap": gap, "why": why, "models": [r["model"]], "gpus": [r["gpu"]]})
+                             "gap": gap, "why": why, "models": [r["model"]], "gpus": row_gpus(r)})
     return {"kind": "peers", "title": "Peer estimates", "rows": rows,
             "note": "Ours (simulated) beside the estimators of DeepSpeed and accelerate (analytic formulas over "
                     "parameter counts), for the quantity each of them estimates; the difference says what one "
@@ -277,7 +276,7 @@ def published_section(df: pd.DataFrame, mode: str):
                      "error": DASH if err is None else f"{err:+.1%}",
                      "tokens": DASH if tokens is None else f"{tokens:.0f}",
                      "source": f"{pub.get('source', DASH)} ({pub.get('measure', 'peak')})",
-                     "unmatched": str(pub.get("unmatched", "")), "models": [r["model"]], "gpus": [r["gpu"]]})
+                     "unmatched": str(pub.get("unmatched", "")), "models": [r["model"]], "gpus": row_gpus(r)})
     if not rows:
         return None
     return {"kind": "published", "title": "Published figures beside ours", "rows": rows,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import pandas as pd
 
 from bench import verdicts, workloads
-from report.fmt import DASH, details, fmt_count, fmt_gib, jcol, knobs, missing
+from report.fmt import DASH, details, fmt_count, fmt_gib, jcol, knobs, missing, row_gpus
 
 RECIPE = "lora+gc+bf16"   # the fine-tune stage: the recipe the pipeline study trains with
 
@@ -50,7 +50,7 @@ def generation_rows(df: pd.DataFrame) -> list[dict]:
                      "decode": fmt_gib(r["decode_peak_bytes"]),
                      "kv_token": fmt_count(details(r).get("kv_bytes_per_token"), "B"),
                      "tps": fmt_count(r["tokens_per_s"]) if not missing(r["tokens_per_s"]) else DASH,
-                     "models": [r["model"]], "gpus": [r["gpu"]]})
+                     "models": [r["model"]], "gpus": row_gpus(r)})
     return rows
 
 

@@ -6,6 +6,8 @@ tests/data/fits.csv).
 """
 from __future__ import annotations
 
+import html
+import json
 import re
 
 import pytest
@@ -110,3 +112,23 @@ def test_not_included_says_what_applies(df):
     assert any("NCCL" in t for t in lines) and any("not searched" in t for t in lines)
     assert not any("no speed model in these records" in t for t in lines)   # the 7B cells carry one
     assert not any("not searched" in t for t in scope.section(df, read_fits(FITS_CSV))["lines"])
+
+
+def test_sim_rows_stay_in_view_under_a_gpu_filter(df):
+    """A sim row answers for every GPU it has a verdict for, so the GPU filter (data-gpus) must
+    list them: the effects, published and peer tables once tagged their sim rows with the device
+    "sim" only, and the 4090 filter emptied them."""
+    page = build.render(df, commit="x", built_at="now")
+    sim = page[page.index('<section id="mode-sim"'):page.index('<section id="mode-cpu"')]
+    verdicts = {r["cell"]: list(json.loads(r["verdicts"])) for _, r in df.iterrows()
+                if r["mode"] == "sim" and isinstance(r["verdicts"], str) and r["verdicts"]}
+    patterns = {"effects": r'<tr[^>]*data-gpus="(?P<gpus>[^"]*)"[^>]*>\s*<td class="tech" title="(?P<cell>[^"]+)"',
+                "summary": r'<tr id="cell-(?P<cell>[^"]+)"[^>]*data-gpus="(?P<gpus>[^"]*)"'}
+    for kind, pattern in patterns.items():
+        body = sim[sim.index(f'<table class="{kind} sortable">'):]
+        body = body[:body.index("</table>")]
+        rows = [m.groupdict() for m in re.finditer(pattern, body)]
+        assert len(rows) > 5, kind
+        for row in rows:
+            cell = html.unescape(row["cell"])
+            assert json.loads(html.unescape(row["gpus"])) == ["sim", *verdicts[cell]], (kind, cell)
