@@ -23,6 +23,7 @@ from bench.noise import CPU_THROUGHPUT_BAND
 from report import GIB
 from report.compare import ok_rows, pairs, without_knob
 from report.fmt import DASH, analytic_note, details, fmt_gib, jcol, knobs, missing, provenance
+from report.lookup import speed_of
 
 HOLDS, PARTLY, NOT, UNMEASURED = "holds", "partly", "does not hold", "not measured here"
 # the run has the cells, but they cannot tell: the installed library ignores the flag, or the
@@ -133,13 +134,24 @@ def mixed_precision(df, t):
     return out
 
 
+def modelled_ratio(w, wo) -> float | None:
+    """The speed model's step time with over without, median over the GPUs both rows have an
+    estimate for (``details.speed_model``, modelled); None without one."""
+    ratios = []
+    for gpu in (details(w).get("speed_model") or {}):
+        a, b = speed_of(w, gpu), speed_of(wo, gpu)
+        if a and b:
+            ratios.append(a["step_s"] / b["step_s"])
+    return statistics.median(ratios) if ratios else None
+
+
 def gc_time(df, t):
     out = []
     for mode, prs in by_mode(pairs(df, "gc")).items():
-        col, noun = ("flops_per_step", "FLOPs per step") if mode == "sim" else ("tokens_per_s", "step time")
+        noun = "modelled step time" if mode == "sim" else "step time"
         costs, evidence = [], []
         for w, wo in prs:
-            r = ratio(w[col], wo[col]) if mode == "sim" else ratio(wo[col], w[col])
+            r = modelled_ratio(w, wo) if mode == "sim" else ratio(wo["tokens_per_s"], w["tokens_per_s"])
             if r is None:
                 continue
             costs.append((r - 1) * 100)
@@ -147,7 +159,8 @@ def gc_time(df, t):
         if costs:
             med = statistics.median(costs)
             why = f"median {noun} change {med:+.1f}%"
-            why += (" (FLOPs stand in for time: one extra forward per step)" if mode == "sim" else
+            why += (" (the speed model's step time, median over the GPUs both cells have an estimate for: the "
+                    "recomputed forward, never FLOPs alone)" if mode == "sim" else
                     " (cpu: small models, and every step carries the memory tracker's overhead)" if mode == "cpu" else "")
             verdict = band(med, t["holds"], t["partly"])
             if mode == "cpu" and abs(med) < t["cpu_noise"]:
@@ -437,7 +450,7 @@ CLAIMS = (
           "pairs X vs X+bf16 / X+amp-bf16 / X+amp-fp16 (e.g. baseline and bf16)", mixed_precision),
     Claim("gc-time", "Gradient checkpointing costs about 20-30% in time.",
           {"holds": (15, 35), "partly": (5, 50), "cpu_noise": CPU_THROUGHPUT_BAND * 100},
-          "holds: median step-time (sim: FLOPs) increase {holds[0]:g}-{holds[1]:g}%; "
+          "holds: median step-time increase (sim: the speed model's, modelled) {holds[0]:g}-{holds[1]:g}%; "
           "partly: {partly[0]:g}-{partly[1]:g}%; cpu: not measurable here when the median change is within "
           "the measured run-to-run noise, ±{cpu_noise:g}%",
           "pairs X vs X+gc (e.g. baseline and gc)", gc_time),

@@ -1,8 +1,10 @@
 """Peak memory against speed, one panel per model, with the Pareto frontier marked.
 
-Measured modes (cpu, cuda) plot throughput (tokens/s, higher is better); sim plots FLOPs per
-step (lower is better), since a simulated step is not timed. A cell is on the frontier when no
-other cell of its panel is at least as good on both axes and better on one.
+Measured modes (cpu, cuda) plot throughput (tokens/s, higher is better); sim plots the speed
+model's step time on one card (``details.speed_model``, modelled, lower is better; a simulated
+step is not timed, and FLOPs are not a time): the A100-80GB, whose class the model is calibrated
+on, where the records have it, else the card most of them have an estimate for. A cell is on
+the frontier when no other cell of its panel is at least as good on both axes and better on one.
 """
 from __future__ import annotations
 
@@ -13,17 +15,36 @@ from matplotlib.lines import Line2D
 
 from report import GIB
 from report.compare import other_workload
+from report.fmt import details
+from report.lookup import speed_of
 from report.plots import capacity_lines, drawing, grid, panel_capacities, with_panel
 
 FRONT, OTHER = "#d55e00", "#7f8c9a"
 
 
-def axis_of(mode: str) -> dict:
+SPEED_CARD = "a100-80gb"   # the sim axis's card: its class is the one the speed model is calibrated on
+
+
+def axis_of(mode: str, card: str | None = None) -> dict:
     """What the x axis is in ``mode``: column, label, scale to apply, and which way is better."""
     if mode == "sim":
-        return {"column": "flops_per_step", "label": "TFLOP per step (fewer is better)",
-                "scale": 1e-12, "maximize": False}
+        return {"column": "modelled_step_s", "label": f"modelled step time on {card or 'one card'}, s (less is better)",
+                "scale": 1.0, "maximize": False}
     return {"column": "tokens_per_s", "label": "tokens/s (more is better)", "scale": 1.0, "maximize": True}
+
+
+def speed_card(df: pd.DataFrame) -> str | None:
+    """The card whose modelled step time the sim axis shows: SPEED_CARD where any record has an
+    estimate for it, else the card with the most estimates (None without any)."""
+    counts: dict[str, int] = {}
+    for _, r in df.iterrows():
+        model = details(r).get("speed_model")
+        for gpu in (model if isinstance(model, dict) else {}):
+            if speed_of(r, gpu):
+                counts[gpu] = counts.get(gpu, 0) + 1
+    if SPEED_CARD in counts:
+        return SPEED_CARD
+    return max(sorted(counts), key=counts.get) if counts else None
 
 
 def frontier(x: pd.Series, y: pd.Series, maximize_x: bool) -> pd.Series:
@@ -39,15 +60,21 @@ def frontier(x: pd.Series, y: pd.Series, maximize_x: bool) -> pd.Series:
 def pareto_long(df: pd.DataFrame) -> pd.DataFrame:
     """One row per ok cell of ONE mode with a peak and a speed: panel, technique, x, peak_gib, frontier.
     Cells of another workload (b<N>, s<N>) are left out: their speed is not comparable."""
-    cols = ["cell", "mode", "model", "gpu", "technique", "x", "peak_gib", "frontier", "panel"]
+    cols = ["cell", "mode", "model", "gpu", "technique", "x", "peak_gib", "frontier", "panel", "x_card"]
     if not len(df):
         return pd.DataFrame(columns=cols)
-    axis = axis_of(df["mode"].iloc[0])
+    mode = df["mode"].iloc[0]
+    card = speed_card(df) if mode == "sim" else None
+    axis = axis_of(mode, card)
+    if mode == "sim":
+        df = df.assign(modelled_step_s=[(speed_of(r, card) or {}).get("step_s") if card else None
+                                        for _, r in df.iterrows()])
     ok = df[(df["status"] == "ok") & df["peak_bytes"].notna() & df[axis["column"]].notna()]
     ok = ok[~ok.apply(other_workload, axis=1).astype(bool)].copy() if len(ok) else ok
     if not len(ok):
         return pd.DataFrame(columns=cols)
     ok["x"] = ok[axis["column"]].astype("float64") * axis["scale"]
+    ok["x_card"] = card
     ok["peak_gib"] = ok["peak_bytes"].astype("float64") / GIB
     ok = with_panel(ok)
     ok["frontier"] = False
@@ -63,7 +90,7 @@ def label(names: list[str], most: int = 3) -> str:
 def pareto_figure(long: pd.DataFrame, mode: str, capacities: dict | None = None) -> Figure:
     """One panel per model (per model and card where cells ran on one); ``capacities`` ({gpu: GiB},
     sim and cuda) are drawn as labelled horizontal lines."""
-    axis = axis_of(mode)
+    axis = axis_of(mode, long["x_card"].iloc[0] if len(long) else None)
     panels = sorted(long["panel"].unique())
     with drawing():
         fig, axes = grid(len(panels), wrap=2, width=6.0, height=4.2)

@@ -7,10 +7,11 @@ What "fits" means:
 
 Only combinations that train the same workload compete: cells that change the batch or the
 sequence length (b<N>, s<N>) are left out. "Fastest" compares single-device cells (world size
-1): by FLOPs per step in sim (fewest first; a simulated step is not timed), by measured
-tokens/s in cpu and cuda. "Cheapest change" ranks the fitting combinations by: single device
-before several, then fewest techniques, then lowest difficulty (catalogue), then least
-overhead (fewest FLOPs per step in sim, most tokens/s when measured), then lowest peak.
+1): by the speed model's step time on that GPU in sim (``details.speed_model``, modelled; a
+simulated step is not timed, and FLOPs are never used to rank), by measured tokens/s in cpu and
+cuda. "Cheapest change" ranks the fitting combinations by: single device before several, then
+lowest difficulty (catalogue), then least overhead (the same speed), then lowest peak; never by
+how many techniques a combination has.
 """
 from __future__ import annotations
 
@@ -18,25 +19,25 @@ import math
 
 import pandas as pd
 
-from report.compare import difficulty_rank, other_workload, parts
+from report.compare import difficulty_rank, other_workload
 from report.fmt import DASH, change_pct, fmt_count, fmt_gib, fmt_pct, jcol, missing, provenance
+from report.lookup import speed_of
 
 MEASURED_VERDICT = {"ok": "fits", "oom": "oom"}
 
 
 def candidates(df: pd.DataFrame, mode: str) -> pd.DataFrame:
     """One row per (cell, gpu) of ``mode`` with a verdict: model, gpu, technique, verdict, peak,
-    speed (FLOPs per step in sim, tokens/s otherwise), world size, provenance."""
+    speed (the modelled step seconds on that GPU in sim, tokens/s otherwise), world size, provenance."""
     rows = []
     for _, r in df[df["mode"] == mode].iterrows():
         if mode == "sim":
             verdicts = (jcol(r, "verdicts") or {}) if r["status"] == "ok" else {}
             pairs = [(g, v) for g, v in verdicts.items() if v in ("fits", "tight", "oom")]
-            speed = r["flops_per_step"]
         else:
             pairs = [(r["gpu"], MEASURED_VERDICT[r["status"]])] if r["status"] in MEASURED_VERDICT else []
-            speed = r["tokens_per_s"]
         for gpu, verdict in pairs:
+            speed = (speed_of(r, gpu) or {}).get("step_s") if mode == "sim" else r["tokens_per_s"]
             rows.append({"cell": r["cell"], "model": r["model"], "gpu": gpu, "technique": r["technique"],
                          "other_workload": other_workload(r), "verdict": verdict, "peak_bytes": r["peak_bytes"],
                          "speed": None if missing(speed) else float(speed),
@@ -47,7 +48,7 @@ def candidates(df: pd.DataFrame, mode: str) -> pd.DataFrame:
 
 
 def _speed_key(c: dict, mode: str) -> float:
-    """Smaller is better: FLOPs in sim, minus tokens/s when measured; unknown sorts last."""
+    """Smaller is better: modelled seconds per step in sim, minus tokens/s when measured; unknown sorts last."""
     if c["speed"] is None:
         return math.inf
     return c["speed"] if mode == "sim" else -c["speed"]
@@ -64,8 +65,8 @@ def fastest(fit: list[dict], mode: str):
 
 def cheapest_fix(fit: list[dict], mode: str):
     changes = [c for c in fit if c["technique"] != "baseline"]
-    return min(changes, key=lambda c: (c["world_size"] > 1, len(parts(c["technique"])),
-                                       difficulty_rank(c["technique"]), _speed_key(c, mode), _peak_key(c)),
+    return min(changes, key=lambda c: (c["world_size"] > 1, difficulty_rank(c["technique"]), _speed_key(c, mode),
+                                       _peak_key(c)),
                default=None)
 
 
@@ -95,7 +96,9 @@ def recommend(df: pd.DataFrame, mode: str) -> list[dict]:
 def _speed_text(c: dict, mode: str) -> str:
     if c is None:
         return DASH
-    return f"{fmt_count(c['speed'], 'FLOP')}/step" if mode == "sim" else f"{fmt_count(c['speed'])} tokens/s"
+    if c["speed"] is None:
+        return "no speed model" if mode == "sim" else DASH
+    return f"{c['speed']:.2f} s (modelled)" if mode == "sim" else f"{fmt_count(c['speed'])} tokens/s"
 
 
 def section(df: pd.DataFrame, mode: str):
@@ -109,7 +112,8 @@ def section(df: pd.DataFrame, mode: str):
         overhead = DASH
         if fix is not None and base is not None:
             if mode == "sim":
-                overhead = fmt_pct(change_pct(fix["speed"], base["speed"]), signed=True) + " FLOPs/step"
+                pct = change_pct(fix["speed"], base["speed"]) if None not in (fix["speed"], base["speed"]) else None
+                overhead = "no speed model" if pct is None else fmt_pct(pct, signed=True) + " step time (modelled)"
             else:   # the baseline did not run to the end: no throughput to compare with
                 overhead = _speed_text(fix, mode)
         rows.append({
@@ -125,12 +129,12 @@ def section(df: pd.DataFrame, mode: str):
             "fix_overhead": overhead,
             "provenance": ", ".join(dict.fromkeys(c["provenance"] for c in (base, best, fix) if c)) or DASH,
         })
-    speed = "FLOPs per step" if mode == "sim" else "throughput"
+    speed = "step time on that GPU" if mode == "sim" else "throughput"
     fits = "its simulated verdict is \"fits\"" if mode == "sim" else "it ran to the end on that device"
     return {"kind": "recommend", "title": "Recommendations", "speed_header": speed, "rows": rows,
             "note": f"A combination fits a GPU when {fits}. Fastest: the single-device combination with "
-                    + ("the fewest FLOPs per step (a simulated step is not timed)" if mode == "sim"
-                       else "the highest measured tokens/s")
+                    + ("the shortest step time the speed model gives for that GPU (modelled; a simulated step "
+                       "is not timed, and FLOPs never rank)" if mode == "sim" else "the highest measured tokens/s")
                     + ". Cheapest change (only where the baseline does not fit): single device first, then "
-                      "fewest techniques, lowest difficulty, least overhead, lowest peak. Cells that change "
+                      "lowest difficulty, least overhead, lowest peak. Cells that change "
                       "the batch or sequence length (b<N>, s<N>) train a different workload and are left out."}

@@ -37,13 +37,14 @@ def summary_row(row: pd.Series, df: pd.DataFrame) -> dict:
         saved = int(base["peak_bytes"]) - int(row["peak_bytes"])
         pct = change_pct(row["peak_bytes"], base["peak_bytes"])
         saved_pct = None if pct is None else -pct
-    # sim steps are not timed: compare FLOPs per step there (going up is a cost), tokens/s elsewhere.
-    speed_key = "flops_per_step" if row["mode"] == "sim" else "tokens_per_s"
-    if comparable:
-        speed = change_pct(row[speed_key], base[speed_key])
-    if ok and row["mode"] == "sim" and (missing(row[speed_key]) or (speed is None and not is_ref)):
-        speed_text = "not counted" if row["mode"] == "sim" else "not measured"
+    # sim steps are not timed: there the cost is the speed model's step time against the baseline's
+    # (modelled, median over the GPUs both have an estimate for; going up is a cost), never FLOPs;
+    # elsewhere the measured tokens/s.
+    if row["mode"] == "sim":
+        speed_text, speed = ("reference", None) if is_ref else effects.overhead(row, base) if comparable else (DASH, None)
     else:
+        if comparable:
+            speed = change_pct(row["tokens_per_s"], base["tokens_per_s"])
         speed_text = "reference" if is_ref else fmt_pct(speed, signed=True)
     if row["mode"] != "sim" and ok and (contended(row) or (base is not None and contended(base))):
         speed_text += " (timed beside other load)"  # measured, but not the cell's own speed
@@ -94,7 +95,7 @@ def summary_section(df: pd.DataFrame, mode: str):
         title, facts = group_title(g)
         groups.append({"title": title, "facts": facts, "model": _model,
                        "rows": [summary_row(r, df) for _, r in g.iterrows()]})
-    speed = "FLOPs/step vs baseline" if mode == "sim" else "throughput vs baseline"
+    speed = "step time vs baseline (modelled)" if mode == "sim" else "throughput vs baseline"
     return {"kind": "summary", "title": "Summary", "speed_header": speed, "groups": groups, "mode": mode,
             "word": "simulated" if mode == "sim" else "measured",
             "extra_header": {"sim": "simulated verdict per GPU", "cuda": "reserved peak GiB"}.get(mode)}
@@ -147,16 +148,16 @@ def breakdown_section(df: pd.DataFrame, mode: str):
 
 def pareto_section(df: pd.DataFrame, mode: str):
     rows = df[df["mode"] == mode]
-    axis = plot_pareto.axis_of(mode)
+    axis = plot_pareto.axis_of(mode, plot_pareto.speed_card(rows) if mode == "sim" else None)
     caps = capacities_gib(rows)
     return chart(rows, plot_pareto.pareto_long(rows), lambda long: plot_pareto.pareto_figure(long, mode, caps),
-                 "Peak memory against " + ("FLOPs per step" if mode == "sim" else "throughput"),
+                 "Peak memory against " + ("modelled step time" if mode == "sim" else "throughput"),
                  f"Each point a cell: peak GiB against {axis['label']}; one panel per model. Orange points "
-                 "are on the Pareto frontier: no other cell of the panel is both lighter and "
-                 + ("cheaper in FLOPs (a simulated step is not timed, so FLOPs stand in for time). "
-                    if mode == "sim" else "faster. ") + CAPACITY_NOTE * bool(caps),
+                 "are on the Pareto frontier: no other cell of the panel is both lighter and faster"
+                 + (" (the speed model's estimate for one card, modelled: a simulated step is not timed). "
+                    if mode == "sim" else ". ") + CAPACITY_NOTE * bool(caps),
                  f"scatter plot of peak memory against {axis['label']} with the Pareto frontier, {mode} mode",
-                 "No cell of this mode has both a peak and a " + ("FLOP count." if mode == "sim" else "throughput."))
+                 "No cell of this mode has both a peak and a " + ("speed-model estimate." if mode == "sim" else "throughput."))
 
 
 def fits_section(df: pd.DataFrame, mode: str):

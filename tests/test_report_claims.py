@@ -53,7 +53,8 @@ def test_evidence_and_provenance(df):
     rows = verdicts_of(df)
     gc = rows[("gc-time", "cpu")]
     assert gc["evidence"] == ["tiny-llama: baseline → gc: step time +25.0%"] and gc["provenance"] == "cpu-measured"
-    assert "FLOPs per step +33.0%" in rows[("gc-time", "sim")]["evidence"][0]
+    # the made-up step times: 13.3 s with gc against 10.0 s without (FLOPs never stand in for time)
+    assert "modelled step time +33.0%" in rows[("gc-time", "sim")]["evidence"][0]
     assert rows[("gc-time", "sim")]["provenance"] == "simulated"
     z = rows[("zero3-linear", "sim")]
     assert "analytic" in z["why"] and "[analytic]" in z["evidence"][0] and "simulated + analytic" in z["provenance"]
@@ -105,14 +106,17 @@ def test_sim_recommendations(df):
     assert set(recs) == {"h100-80gb", "l40s", "rtx-a6000", "t4"}
     h100 = recs["h100-80gb"]
     assert h100["baseline"]["verdict"] == "oom"
-    assert h100["fastest"]["technique"] == "qlora"           # fewest FLOPs among single-GPU fits
-    assert h100["fix"]["technique"] == "qlora"                # one technique beats gc+bf16's two
-    assert recs["rtx-a6000"]["fix"]["technique"] == "qlora"
+    # ranked by the modelled step time (4.0 s against qlora's 7.0 s), never by FLOPs (qlora has the fewest)
+    assert h100["fastest"]["technique"] == "gc+bf16"
+    # lowest difficulty first (gc and bf16 are low, qlora medium), never by how many techniques
+    assert h100["fix"]["technique"] == "gc+bf16"
+    assert recs["rtx-a6000"]["fix"]["technique"] == "qlora" and recs["rtx-a6000"]["fastest"]["technique"] == "qlora"
     assert recs["l40s"]["fastest"] is None and recs["l40s"]["fix"] is None   # tight is not fits
     assert recs["t4"]["fix_note"] == "nothing in this run fits"
     section = recommend.section(df, "sim")
     row = next(r for r in section["rows"] if r["gpu"] == "h100-80gb")
-    assert row["fix_overhead"] == "\N{MINUS SIGN}30.0% FLOPs/step" and row["provenance"] == "simulated"
+    assert row["fix_overhead"] == "\N{MINUS SIGN}60.0% step time (modelled)" and row["provenance"] == "simulated"
+    assert row["fastest_speed"] == "4.00 s (modelled)"
 
 
 def test_multi_gpu_ranks_after_single_gpu():
@@ -143,11 +147,11 @@ def test_measured_recommendations():
 
 def test_a_threshold_is_one_number_for_the_text_and_the_verdict(df):
     gc = next(c for c in claims.CLAIMS if c.key == "gc-time")
-    assert gc.thresholds.startswith("holds: median step-time (sim: FLOPs) increase 15-35%; partly: 5-50%; cpu: ")
+    assert gc.thresholds.startswith("holds: median step-time increase (sim: the speed model's, modelled) 15-35%; partly: 5-50%; cpu: ")
     assert gc.thresholds.endswith("noise, ±40%")
     stricter = dataclasses.replace(gc, limits={"holds": (15, 20), "partly": (5, 50), "cpu_noise": 10})
     (cpu_row,) = [r for r in claims.evaluate(df, (stricter,)) if r["mode"] == "cpu"]
-    assert cpu_row["thresholds"].startswith("holds: median step-time (sim: FLOPs) increase 15-20%; partly: 5-50%")
+    assert cpu_row["thresholds"].startswith("holds: median step-time increase (sim: the speed model's, modelled) 15-20%; partly: 5-50%")
     assert cpu_row["thresholds"].endswith("±10%")
     assert cpu_row["verdict"] == "partly"                     # +25% beyond a ±10% noise, no longer within holds
     for claim in claims.CLAIMS:                               # every text is made from its numbers
