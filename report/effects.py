@@ -21,7 +21,8 @@ import statistics
 import pandas as pd
 
 from report.compare import main_saving, other_workload, parts, same_shape, technique_meta
-from report.fmt import DASH, change_pct, contended, details, dtypes_text, fmt_gib, fmt_pct, missing, provenance, row_gpus, tone
+from report.fmt import (DASH, change_pct, contended, details, dtypes_text, fmt_gib, fmt_pct, missing, noise_text, provenance,
+                        row_gpus, tone, within_cpu_noise)
 from report.lookup import RECIPES, is_training
 
 PHASES = ("forward", "backward", "optimizer")
@@ -68,6 +69,8 @@ def overhead(w, wo) -> tuple[str, float | None]:
     if contended(w) or contended(wo):
         return "timed beside other load", None
     pct = change_pct(wo["tokens_per_s"], w["tokens_per_s"])   # time per token: without/with tokens/s
+    if within_cpu_noise(w, pct):
+        return f"step time {noise_text(pct)}", None
     return (DASH, None) if pct is None else (f"{fmt_pct(pct, signed=True)} step time (measured)", pct)
 
 

@@ -12,6 +12,7 @@ import math
 import pandas as pd
 
 from bench import record
+from bench.noise import CPU_THROUGHPUT_BAND
 from report import GIB
 
 DASH = "—"                       # not measured (or not comparable): never shown as 0
@@ -78,6 +79,16 @@ def jcol(row, column: str):
         return json.loads(text)
     except (TypeError, ValueError):
         return None
+
+
+def within_cpu_noise(row, pct) -> bool:
+    """True when a cpu-measured timing change of ``pct`` % is inside the measured run-to-run noise
+    of CPU throughput (±CPU_THROUGHPUT_BAND, bench/noise.py): no evidence of a cost or a gain."""
+    return row["mode"] == "cpu" and pct is not None and abs(pct) < CPU_THROUGHPUT_BAND * 100
+
+
+def noise_text(pct) -> str:
+    return f"within noise ({fmt_pct(pct, signed=True)}; ±{CPU_THROUGHPUT_BAND * 100:g}% repeat-run spread)"
 
 
 def row_gpus(row) -> list[str]:

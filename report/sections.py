@@ -11,7 +11,8 @@ from bench import techniques
 from report import GIB, effects, plot_fits, plot_pareto, plot_steps, plots
 from report.compare import baseline_of, main_saving, technique_meta
 from report.fmt import (DASH, analytic_note, change_pct, contended, details, dtypes_text, fmt_gib, fmt_pct, jcol,
-                        missing, provenance, row_gpus, sort_key, tone)
+                        missing, noise_text, provenance, row_gpus, sort_key, tone,
+                        within_cpu_noise)
 from report.plot_fits import VERDICTS
 
 
@@ -46,6 +47,8 @@ def summary_row(row: pd.Series, df: pd.DataFrame) -> dict:
         if comparable:
             speed = change_pct(row["tokens_per_s"], base["tokens_per_s"])
         speed_text = "reference" if is_ref else fmt_pct(speed, signed=True)
+        if not is_ref and within_cpu_noise(row, speed):
+            speed_text, speed = noise_text(speed), None   # inside the repeat-run spread: no tone, no evidence
     if row["mode"] != "sim" and ok and (contended(row) or (base is not None and contended(base))):
         speed_text += " (timed beside other load)"  # measured, but not the cell's own speed
         speed = None  # no tone, no sort: a contended timing is no evidence of a cost
