@@ -147,11 +147,12 @@ def test_measured_recommendations():
 
 def test_a_threshold_is_one_number_for_the_text_and_the_verdict(df):
     gc = next(c for c in claims.CLAIMS if c.key == "gc-time")
-    assert gc.thresholds.startswith("holds: median step-time increase (sim: the speed model's, modelled) 15-35%; partly: 5-50%; cpu: ")
+    holds = "holds: median step-time increase (sim: the speed model's, modelled)"
+    assert gc.thresholds.startswith(f"{holds} 15-35%; partly: 5-50%; cpu: ")
     assert gc.thresholds.endswith("noise, ±40%")
     stricter = dataclasses.replace(gc, limits={"holds": (15, 20), "partly": (5, 50), "cpu_noise": 10})
     (cpu_row,) = [r for r in claims.evaluate(df, (stricter,)) if r["mode"] == "cpu"]
-    assert cpu_row["thresholds"].startswith("holds: median step-time increase (sim: the speed model's, modelled) 15-20%; partly: 5-50%")
+    assert cpu_row["thresholds"].startswith(f"{holds} 15-20%; partly: 5-50%")
     assert cpu_row["thresholds"].endswith("±10%")
     assert cpu_row["verdict"] == "partly"                     # +25% beyond a ±10% noise, no longer within holds
     for claim in claims.CLAIMS:                               # every text is made from its numbers

@@ -38,19 +38,22 @@ OPEN = {
         "optimizer-in-backward and 8-bit AdamW (its README says so), the adapters bf16 as torchtune's "
         "(adapter_dtype: bf16), rank 64 on q/v/output projections and the MLP as its 3B_lora config. "
         "Our peak is at the start of backward: weights 6.15 + adapter state 0.34 + the eight chunks' saved "
-        "bf16 logits 2.0 + 1.0 GiB of the first chunk's CE backward (its fp32 softmax). torchtune also "
-        "compiles the loss, whose fused kernel would not hold that fp32 chunk (about 0.5 GiB); sim compiles "
-        "the decoder layers only, and compiling the loss too would move every compiled row (the +compile "
-        "row is already -3.6%), so it is not done on this row's say-so. The rest is not explained.",
-    "bf16+packing+compile+chunked-ce+gc+opt-in-bwd+act-offload+paged-adamw8bit":
-        "simulated 44% below, like for like: the table's figure is torch's active memory, and bitsandbytes' "
-        "paged states (6.0 GiB here) live in cudaMallocManaged memory that torch's allocator never counts, so "
-        "ours is compared without them (9.8 GiB; 15.8 GiB with them, the device figure our verdicts use). "
-        "The published 17.6 GiB cannot come from paged states outside the allocator; torchtune's docs offer "
-        "torchao's AdamW8bit as well, whose states are torch tensors. Simulated alternatives (session 4): "
-        "states in the allocator (bitsandbytes AdamW8bit) with optimizer-in-backward 15.8 GiB (-10.3%), "
-        "without it 19.5 GiB (+10.9%); paged without optimizer-in-backward 13.5 GiB (-23%). None is within "
-        "10% and the table does not say which ran, so no setting is picked to fit it.",
+        "bf16 logits 2.0 + 1.0 GiB of the first chunk's CE backward (its fp32 softmax). With compile=True "
+        "torchtune also compiles each chunk's upcast + cross-entropy in place (training.compile_loss on "
+        "CEWithChunkedOutputLoss.compute_cross_entropy; the '+ compile' row's plain loss stays eager, since "
+        "the full recipe drops compile_loss's return value), so inductor's fused kernel never holds that fp32 "
+        "chunk. Sim runs compiled graphs op by op (aot_eager_decomp_partition): it keeps the partitioner's "
+        "saved set but materializes what inductor would fuse. Modelling that fusion would move every row "
+        "from '+ chunked cross-entropy' on, so it waits for a fusion model that holds for every compiled "
+        "cell, not this row's say-so.",
+    "bf16+packing+compile+chunked-ce+gc+opt-in-bwd+act-offload+adamw8bit":
+        "simulated 10.3% below (15.8 GiB against 17.6). The setting is the README's own word: its table says LoRA "
+        "and QLoRA 'do not use optimizer_in_bwd or AdamW8bit optimizer', a non-paged 8-bit AdamW (bitsandbytes' or "
+        "torchao's, uint8 states either way), which keeps its states inside torch's allocator. The paged reading "
+        "was ruled out by the table's own author: under these same flags PagedAdamW8bit 'saves 55% memory' "
+        "(pytorch/ao#1213), and ours with paged states outside the allocator saves 54.8% (9.8 GiB against the "
+        "row above's 21.7) where the table's row saves 19.6%. What keeps the last 1.8 GiB is not explained; "
+        "nothing is fitted to it.",
 }
 
 
