@@ -206,7 +206,7 @@ def notes_section(df: pd.DataFrame, mode: str):
         "cuda": ["cuda-measured: peak = torch.cuda.max_memory_allocated over the step, reserved peak beside it; "
                  "throughput from the timed steps after warm-up."],
         "sim": ["simulated: the same training step run under PyTorch fake tensors, counted by the same tracker; "
-                "nothing is allocated. FLOPs per step stand in for time."],
+                "nothing is allocated. Time is the speed model's step time per GPU (modelled), never FLOPs."],
     }.get(mode, [])
     rules = {}
     for _, r in rows.iterrows():
