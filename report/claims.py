@@ -23,7 +23,7 @@ from bench.noise import CPU_THROUGHPUT_BAND
 from report import GIB
 from report.compare import ok_rows, pairs, without_knob
 from report.fmt import DASH, analytic_note, details, fmt_gib, jcol, knobs, missing, provenance
-from report.lookup import speed_of
+from report.lookup import step_time_changes
 
 HOLDS, PARTLY, NOT, UNMEASURED = "holds", "partly", "does not hold", "not measured here"
 # the run has the cells, but they cannot tell: the installed library ignores the flag, or the
@@ -134,28 +134,22 @@ def mixed_precision(df, t):
     return out
 
 
-def modelled_ratio(w, wo) -> float | None:
-    """The speed model's step time with over without, median over the GPUs both rows have an
-    estimate for (``details.speed_model``, modelled); None without one."""
-    ratios = []
-    for gpu in (details(w).get("speed_model") or {}):
-        a, b = speed_of(w, gpu), speed_of(wo, gpu)
-        if a and b:
-            ratios.append(a["step_s"] / b["step_s"])
-    return statistics.median(ratios) if ratios else None
-
-
 def gc_time(df, t):
     out = []
     for mode, prs in by_mode(pairs(df, "gc")).items():
         noun = "modelled step time" if mode == "sim" else "step time"
         costs, evidence = [], []
         for w, wo in prs:
-            r = modelled_ratio(w, wo) if mode == "sim" else ratio(wo["tokens_per_s"], w["tokens_per_s"])
-            if r is None:
+            if mode == "sim":
+                changes = step_time_changes(w, wo)
+                cost = statistics.median(changes) if changes else None
+            else:
+                r = ratio(wo["tokens_per_s"], w["tokens_per_s"])
+                cost = None if r is None else (r - 1) * 100
+            if cost is None:
                 continue
-            costs.append((r - 1) * 100)
-            evidence.append(f"{step(w, wo)}: {noun} {(r - 1) * 100:+.1f}%")
+            costs.append(cost)
+            evidence.append(f"{step(w, wo)}: {noun} {cost:+.1f}%")
         if costs:
             med = statistics.median(costs)
             why = f"median {noun} change {med:+.1f}%"

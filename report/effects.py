@@ -21,9 +21,9 @@ import statistics
 import pandas as pd
 
 from report.compare import main_saving, other_workload, parts, same_shape, technique_meta
-from report.fmt import (DASH, change_pct, contended, details, dtypes_text, fmt_gib, fmt_pct, missing, noise_text, provenance,
+from report.fmt import (DASH, change_pct, contended, dtypes_text, fmt_gib, fmt_pct, missing, noise_text, provenance,
                         row_gpus, tone, within_cpu_noise)
-from report.lookup import RECIPES, is_training
+from report.lookup import RECIPES, is_training, step_time_changes
 
 PHASES = ("forward", "backward", "optimizer")
 # Below this share of the peak a difference is no saving (allocator rounding, a few buffers).
@@ -55,12 +55,7 @@ def phase_note(w, wo, saved) -> str:
 def overhead(w, wo) -> tuple[str, float | None]:
     """(text, sortable %) of the step-time cost of having the technique."""
     if w["mode"] == "sim":
-        a, b = details(w).get("speed_model"), details(wo).get("speed_model")
-        changes = []
-        for gpu in sorted(set(a or {}) & set(b or {})):
-            x, y = (a[gpu] or {}).get("step_s"), (b[gpu] or {}).get("step_s")
-            if isinstance(x, (int, float)) and isinstance(y, (int, float)) and y > 0:
-                changes.append((x / y - 1) * 100)
+        changes = step_time_changes(w, wo)
         if not changes:
             return "no speed model", None
         med = statistics.median(changes)

@@ -64,6 +64,18 @@ def speed_of(row, gpu: str) -> dict | None:
     return None
 
 
+def step_time_changes(w, wo) -> list[float]:
+    """The speed model's step time of ``w`` against ``wo`` in %, one per GPU both rows have an
+    estimate for (modelled), in GPU order; [] without one."""
+    model = details(w).get("speed_model")
+    out = []
+    for gpu in sorted(model if isinstance(model, dict) else {}):
+        a, b = speed_of(w, gpu), speed_of(wo, gpu)
+        if a and b:
+            out.append((a["step_s"] / b["step_s"] - 1) * 100)
+    return out
+
+
 def need_of(row) -> tuple[float | None, bool]:
     """(bytes the cell asks of the card, whether that is only a lower bound)."""
     if row["mode"] == "cuda":
