@@ -9,8 +9,11 @@ wrapper (peft, DeepSpeed's engine, FSDP2) still calls through it:
 - ``chunked``: torchtune's chunked output loss (``CEWithChunkedOutputLoss``, 8 chunks of the
   sequence): the LM head and the cross-entropy run per chunk. Each chunk's CE saves only its
   logits (in the compute dtype) and an fp32 logsumexp per row, and recomputes the fp32 softmax
-  in backward one chunk at a time (``_ChunkCE``): what torchtune's compiled
-  ``compute_cross_entropy`` keeps. The fp32 logits of the whole sequence never exist at once.
+  in backward one chunk at a time (``_ChunkCE``). The fp32 logits of the whole sequence never
+  exist at once. With ``compile`` on, each chunk's CE is torchtune's ``compute_cross_entropy``
+  (``F.cross_entropy`` over the upcast chunk) compiled with the layers' backend, as torchtune's
+  ``compile_loss`` compiles it in place on its chunked loss: inductor's kernels then keep the
+  fp32 softmax in registers (sim: bench/worker/sim/fusion.py).
 - ``liger``: Liger Kernel's ``LigerFusedLinearCrossEntropyLoss`` on CUDA. Sim mode runs
   ``_FusedLinearCE`` instead, a pure-PyTorch replica of its algorithm (liger_kernel/ops/
   fused_linear_cross_entropy.py): in forward, per chunk of rows (chunk = next power of 2 of
@@ -20,6 +23,7 @@ wrapper (peft, DeepSpeed's engine, FSDP2) still calls through it:
 """
 from __future__ import annotations
 
+import functools
 import types
 
 import torch
@@ -29,8 +33,10 @@ CHUNKS = 8  # torchtune's num_output_chunks
 IGNORE = -100
 
 
-def install(model, kind: str, device) -> None:
-    """Route ``model``'s loss through ``kind`` (knob ``loss``); ``full`` leaves it alone."""
+def install(model, kind: str, device, compile_backend=None) -> None:
+    """Route ``model``'s loss through ``kind`` (knob ``loss``); ``full`` leaves it alone (and
+    eager: torchtune's ``compile_loss`` returns a compiled plain loss its recipes discard).
+    ``compile_backend``: the ``compile`` knob's backend, which compiles the chunked loss's CE."""
     if kind == "full":
         return
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -45,6 +51,9 @@ def install(model, kind: str, device) -> None:
     elif kind == "liger":
         def head(h, lm_head, y):
             return _FusedLinearCE.apply(h, lm_head.weight, y)
+    elif compile_backend is not None:
+        head = functools.partial(chunked_head_loss, ce=torch.compile(compute_cross_entropy, backend=compile_backend))
+        base._bench_loss_compiled = True
     else:
         head = chunked_head_loss
     base.forward = types.MethodType(_forward_with(head), base)
@@ -62,12 +71,18 @@ def _forward_with(head_loss):
     return forward
 
 
-def chunked_head_loss(hidden, lm_head, labels):
-    """Mean CE over non-ignored tokens, the LM head and the CE computed chunk by chunk (the
-    head called as a module, so ZeRO-3 gathers its weight)."""
+def compute_cross_entropy(logits, labels):
+    """torchtune's ``CEWithChunkedOutputLoss.compute_cross_entropy``: one chunk's summed CE."""
+    return F.cross_entropy(logits.float(), labels, ignore_index=IGNORE, reduction="sum")
+
+
+def chunked_head_loss(hidden, lm_head, labels, ce=None):
+    """Mean CE over non-ignored tokens, the LM head and the CE (``ce``, default ``_ChunkCE``)
+    computed chunk by chunk (the head called as a module, so ZeRO-3 gathers its weight)."""
+    ce = ce or _ChunkCE.apply
     total = hidden.new_zeros((), dtype=torch.float32)
     for h, y in zip(hidden.chunk(CHUNKS), labels.chunk(CHUNKS)):
-        total = total + _ChunkCE.apply(lm_head(h), y)
+        total = total + ce(lm_head(h), y)
     return total / (labels != IGNORE).sum().clamp(min=1)
 
 

@@ -29,7 +29,9 @@ Seams for sim mode (bench/worker/sim/fakestep.py), so that it never reaches into
 tracker's state: ``op_hooks`` are called after every op with (func, args, kwargs, out)
 (FLOP counting, kernel workspaces); ``transient(nbytes)`` counts scratch memory a kernel
 takes and frees inside one op; ``phase_breakdown()`` gives the categories at each phase's
-own peak (ZeRO's analytic partitioning needs them).
+own peak (ZeRO's analytic partitioning needs them); ``fused()`` runs ops as one fused
+kernel's inside (sim's model of inductor, bench/worker/sim/fusion.py): what they make stays in
+registers, so neither it nor a view of it is ever counted (``serial_of`` still names it).
 
 The allocation trace (``trace()``): every device storage's allocation and free, in order,
 with its requested bytes, serial, phase, step, the op that made it (the ATen op in
@@ -100,6 +102,9 @@ class MemTracker(TorchDispatchMode):
         self.ops: dict = {"(direct)": 0}    # op name -> index in the trace
         self._op = 0
         self._phase_index = {p: i for i, p in enumerate(TRACE_PHASES)}
+        self.fusing = False                 # inside a fused kernel (``fused``): outputs are never stored
+        self.in_registers: dict[int, int] = {}  # storage key -> negative serial: values no kernel wrote
+        self._unstored = 0
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
@@ -164,6 +169,8 @@ class MemTracker(TorchDispatchMode):
             return entry[0]
         if key in self.host:
             return self.host[key][0]
+        if key in self.in_registers or self.fusing:
+            return self._in_registers(storage, key)
         self.serials += 1
         nbytes = self.rounding(storage.nbytes())
         weakref.finalize(storage, self._free, key)
@@ -176,6 +183,29 @@ class MemTracker(TorchDispatchMode):
         self._alloc_event(self.serials, storage.nbytes())
         self._grow(nbytes)
         return self.serials
+
+    def _in_registers(self, storage, key: int) -> int:
+        serial = self.in_registers.get(key)
+        if serial is None:
+            self._unstored -= 1
+            serial = self.in_registers[key] = self._unstored
+            weakref.finalize(storage, self.in_registers.pop, key, None)
+        return serial
+
+    @contextmanager
+    def fused(self):
+        """Ops run here are the inside of one fused kernel: their outputs are never stored."""
+        prev, self.fusing = self.fusing, True
+        try:
+            yield
+        finally:
+            self.fusing = prev
+
+    def serial_of(self, tensor) -> int | None:
+        """The serial of ``tensor``'s storage if it is tracked (negative: held in registers)."""
+        key = _key(tensor.untyped_storage())
+        entry = self.live.get(key)
+        return entry[0] if entry is not None else self.in_registers.get(key)
 
     def _event(self, ev: tuple) -> None:
         if len(self.events) < MAX_TRACE_EVENTS:

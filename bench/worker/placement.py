@@ -1,9 +1,10 @@
 """Where saved activations and the optimizer step live: activation offloading, optimizer in
 backward, and torch.compile of the decoder layers.
 
-- ``offload_saved(session)``: torch's ``save_on_cpu`` mechanism (saved_tensors_hooks): every
-  tensor autograd saves in forward is copied to host memory and brought back in backward.
-  As torchtune's ``OffloadActivations`` does, parameters (and views of them) stay where they
+- ``offload_saved(session)``: torchtune's ``OffloadActivations`` (saved_tensors_hooks, as
+  torch's ``save_on_cpu``): every tensor autograd saves in forward is copied to host memory
+  and brought back in backward, with its forward and backward stashes (the class says what
+  they keep alive). Parameters (and views of them) and tensors under 1 KiB stay where they
   are. Only the decoder body offloads: torchtune keeps the output projection's saved tensors
   on the device (its ``NoOpManager``) and computes the loss outside its offloading context,
   since backward needs them first; here the hooks pass through outside the decoder's
@@ -16,52 +17,105 @@ backward, and torch.compile of the decoder layers.
   per-parameter optimizers, so the record reads the state as for any optimizer.
 - ``compile_layers(model)``: ``torch.compile`` of each decoder layer, as torchtune's
   ``compile_model``. Inductor on cpu and cuda. Sim mode (fake tensors: inductor's kernels
-  would read real memory) swaps ``COMPILE_BACKEND`` for ``aot_eager_decomp_partition``: the
-  same dynamo graphs, decompositions and min-cut partitioner inductor uses, so backward saves
-  the same tensors; the graphs then run op by op, so the transients inductor fuses away
-  inside a kernel are counted (an upper bound on those). The tracker sees compiled code because it declares itself outside
+  would read real memory) passes its own backend (bench/worker/sim/fusion.py): the same dynamo
+  graphs, inductor's decompositions and min-cut partitioner, so backward saves the same
+  tensors; the graphs then run op by op, with the values inductor fuses into one kernel's
+  registers left uncounted. The tracker sees compiled code because it declares itself outside
   compile internals (memtrack ``ignore_compile_internals``) and inductor's CPU buffers are
   allocated through ``torch.empty_strided`` (``route_inductor_allocations``), which the
   dispatch mode sees, instead of a C++ entry point that bypasses it.
 """
 from __future__ import annotations
 
-import weakref
+import itertools
 
 import torch
 
 
 class offload_saved(torch.autograd.graph.saved_tensors_hooks):
+    """torchtune's ``OffloadActivations`` (its defaults: ``use_streams=True``,
+    ``max_fwd_stash_size=5``, ``min_offload_size=1024``), its bookkeeping run as is, so the
+    device copies it keeps alive for its copy stream live as long here:
+
+    - forward: each saved tensor gets an id; one of 1024 bytes or more, not a parameter, is
+      copied to the host and its device tensor stays in a *forward stash* until a tensor 5 ids
+      later is offloaded (the copy is then surely done); what is left in the stash when forward
+      ends stays until backward's first node that reloads a tensor has run;
+    - backward: a tensor still in the forward stash is used as is; any other comes back to the
+      device and stays in a *backward stash* until the next autograd node that reloads a
+      tensor has run (torchtune waits on the previous node's events there), the rest when
+      backward ends.
+
+    On CUDA the copies are synchronous here (no side stream); memory is the same, the overlap
+    is not. ``offloaded``: bytes the last forward copied to the host (the record's proof)."""
+
+    FWD_STASH, MIN_BYTES = 5, 1024
+
     def __init__(self, model, tracker, device):
         keys = {p.untyped_storage()._cdata for p in model.parameters()}
         pin = torch.device(device).type == "cuda"
-        self.offloaded = 0  # bytes copied to the host by the last forward (the record's proof)
+        self.offloaded = 0
         self.active = False  # inside the decoder body's forward
-        copies = {}  # id(tensor) -> (weakref to it, weakref to its host copy): one copy per tensor
+        ids = iter(())
+        host_of = {}  # id -> (device, host copy) of an offloaded tensor, until it is unpacked
+        fwd_stash: dict = {}  # id -> device tensor kept alive after its copy
+        bwd_stash: dict = {}  # id -> reloaded device tensor
+        node_of = {"node": None, "graph": None}
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
 
         def start(*_):
-            self.active, self.offloaded = True, 0
-            copies.clear()
+            nonlocal ids
+            self.active, self.offloaded, ids = True, 0, itertools.count(1)
+            host_of.clear()
+            fwd_stash.clear()
+            bwd_stash.clear()
+            node_of.update(node=None, graph=None)
         base.model.register_forward_pre_hook(start)
         base.model.register_forward_hook(lambda *_: setattr(self, "active", False))
 
         def pack(t):
-            if not self.active or t.untyped_storage()._cdata in keys or t.device.type == "meta":
+            if not self.active or t.device.type == "meta":
                 return (False, t)
-            seen = copies.get(id(t))
-            host = seen[1]() if seen and seen[0]() is t else None
-            if host is None:  # a tensor several ops save (a linear's input for q, k and v) moves once
-                host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout, pin_memory=pin, device="cpu")
-                host.copy_(t)
-                tracker.to_host([host])
-                self.offloaded += host.untyped_storage().nbytes()
-                copies[id(t)] = (weakref.ref(t), weakref.ref(host))
-            return (t.device, host)
+            tid = next(ids)
+            if t.untyped_storage()._cdata in keys or t.numel() * t.element_size() < self.MIN_BYTES:
+                return (False, t)
+            for old in [k for k in fwd_stash if k <= tid - self.FWD_STASH]:
+                del fwd_stash[old]
+            host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout, pin_memory=pin, device="cpu")
+            host.copy_(t)
+            tracker.to_host([host])
+            self.offloaded += host.untyped_storage().nbytes()
+            host_of[tid] = (t.device, host)
+            fwd_stash[tid] = t
+            return (True, tid)
 
         def unpack(packed):
-            where, t = packed
-            return t if where is False else t.to(where, non_blocking=pin)
+            offloaded, tid = packed
+            if offloaded is False:
+                return tid
+            where, host = host_of.pop(tid)
+            graph, node = torch._C._current_graph_task_id(), torch._C._current_autograd_node()
+            if node_of["graph"] != graph:  # a new backward: what is left goes when it ends
+                node_of.update(graph=graph, node=None)
+                torch.autograd.Variable._execution_engine.queue_callback(bwd_stash.clear)
+            previous = []
+            if node is not None and node is not node_of["node"]:
+                node_of["node"], previous = node, list(bwd_stash)
+            if tid in fwd_stash:
+                t = fwd_stash[tid]
+            else:
+                t = bwd_stash[tid] = host.to(where, non_blocking=pin)
+
+            def after_node(outputs, _inputs):
+                if tid in bwd_stash and any(o is not None and o.untyped_storage() is t.untyped_storage()
+                                            for o in outputs):
+                    del bwd_stash[tid]  # an output is a view of it: it lives as long as that output
+                fwd_stash.clear()
+                for old in previous:
+                    bwd_stash.pop(old, None)
+            if node is not None:
+                node.register_hook(after_node)
+            return t
 
         super().__init__(pack, unpack)
 

@@ -106,6 +106,8 @@ def recipe_facts(session, model) -> dict:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     base = getattr(base, "module", base)
     out["loss"] = getattr(base, "_bench_loss", "full")
+    if getattr(base, "_bench_loss_compiled", False):
+        out["loss_compiled"] = True
     if session.offload is not None:
         out["activation_offload_bytes"] = session.offload.offloaded
     if hasattr(session.optimizer, "steps_in_backward"):

@@ -37,7 +37,7 @@ class Session:
         self.accum = knobs["accum"]
         say("building the model")
         self.model = models.build(spec, device, qlora_base=qlora_base)
-        losses.install(self.model, knobs["loss"], device)
+        losses.install(self.model, knobs["loss"], device, compile_backend if knobs["compile"] else None)
         self.compiled_layers = placement.compile_layers(self.model, compile_backend) if knobs["compile"] else 0
         tracker.mark("parameters", dist.parameter_tensors(self.model))
         self.optimizer = self._optimizer(knobs)

@@ -24,8 +24,9 @@ nothing is allocated. What it has to add, each for a stated reason:
 - With ``cuda_model`` on: the CUDA allocator's rounding, CUDA's attention kernels and kernel
   workspaces (bench/worker/cuda_alloc.py, bench/worker/sim/cuda_kernels.py). Off, the step counts exactly what
   a real cpu run counts (tests/test_sim_fidelity.py).
-- ``compile``: the decoder layers compiled with ``aot_eager_decomp_partition`` instead of
-  inductor (bench/worker/placement.py says what that models).
+- ``compile``: the decoder layers (and the chunked loss's CE) compiled with sim's own backend
+  instead of inductor: inductor's graphs, decompositions and partition, run op by op with the
+  values inductor fuses into registers uncounted (bench/worker/sim/fusion.py).
 - FLOPs: torch.utils.flop_counter's formulas, counted by the tracker over the first step after
   warm-up (``count_flops``); over the same step, what it costs a GPU (FLOPs per dtype, bytes
   moved, NF4 dequantization, recomputation: bench/worker/sim/stepcost.py, ``cost``).
@@ -41,7 +42,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.flop_counter import flop_registry
 
 from bench.worker import cuda_alloc, models
-from bench.worker.sim import cuda_kernels, stepcost
+from bench.worker.sim import cuda_kernels, fusion, stepcost
 from bench.worker.memtrack import MemTracker
 from bench.techniques import BNB_OPTIMIZERS
 
@@ -60,10 +61,6 @@ def swapped(obj, name: str, value):
         setattr(obj, name, old)
 
 
-# inductor's kernels need real memory: sim runs the graphs and partitioner inductor uses, op by op
-SIM_COMPILE_BACKEND = "aot_eager_decomp_partition"
-
-
 def sim_tracker(cuda_model: bool = True, budget_bytes=None) -> MemTracker:
     """The tracker of a sim step: the CUDA caching allocator's rounding (with ``cuda_model``)
     and each phase's peak live set kept (ZeRO's analytic partitioning needs them). FakeRun
@@ -78,7 +75,7 @@ class FakeRun:
     def __init__(self, spec: dict, tracker: MemTracker, cuda_model: bool = True):
         self.knobs, self.tracker = spec["knobs"], tracker
         self.qlora_base = qlora_base  # bench.worker.train's seams: QLoRA's base without a checkpoint,
-        self.compile_backend = SIM_COMPILE_BACKEND  # and compile without inductor's real-memory kernels
+        self.compile_backend = fusion.backend(tracker)  # and compile without inductor's real-memory kernels
         self.cuda_model = cuda_model
         self.flop_step = spec["warmup_steps"]  # the first timed step: warm-up has built the state
         self.flops = None

@@ -130,11 +130,11 @@ class StepCost:
         the ops around it. Its output is written only once an op outside that chain reads it
         (a matmul, a reduction, a later phase: forward, recompute, backward), and nothing
         re-reads it; a chain's inputs from outside are read. A mutation lands at once."""
-        live, phase = self.tracker.live, (self.tracker.phase, part)
+        serial_of, phase = self.tracker.serial_of, (self.tracker.phase, part)
         fusable = POINTWISE in getattr(func, "tags", ()) or name in CASTS
         nbytes = 0
         for t in ins:
-            serial = live.get(t.untyped_storage()._cdata, (None,))[0] if t.device.type != "meta" else None
+            serial = serial_of(t) if t.device.type != "meta" else None
             held = self.pending.get(serial)
             if held is not None and fusable and held[1] == phase:
                 continue  # in registers: the chain goes on
@@ -143,9 +143,9 @@ class StepCost:
             nbytes += _nbytes(t)
         for t in outs:
             if fusable and not func._schema.is_mutable and t.device.type != "meta":
-                entry = live.get(t.untyped_storage()._cdata)
-                if entry is not None:
-                    self.pending[entry[0]] = (_nbytes(t), phase)
+                serial = serial_of(t)
+                if serial is not None:
+                    self.pending[serial] = (_nbytes(t), phase)
                     continue
             nbytes += _nbytes(t)
         return nbytes
