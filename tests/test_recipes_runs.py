@@ -13,7 +13,7 @@ from tests.helpers import d, ok, run_cells
 pytestmark = pytest.mark.slow
 
 TECHNIQUES = ["baseline", "chunked-ce+bf16", "liger-ce", "act-offload", "gc", "gc+act-offload", "opt-in-bwd",
-              "adamw-fused", "compile", "lora", "lora+dora", "lora+lora-all", "qlora", "qlora-fp32", "bf16"]
+              "adamw-fused", "compile", "compile+chunked-ce", "lora", "lora+dora", "lora+lora-all", "qlora", "qlora-fp32", "bf16"]
 BATCH, SEQ, VOCAB, LAYERS = 2, 64, 32000, 4  # tiny-llama
 WEIGHT_TENSORS = 9 * LAYERS + 3
 
@@ -74,6 +74,14 @@ def test_fused_adamw_has_no_multi_tensor_temporaries(recs):
     fused, base = ok(recs, "adamw-fused"), ok(recs, "baseline")
     assert fused["details"]["optimizer_state_bytes"] == base["details"]["optimizer_state_bytes"]
     assert fused["phase_peak_bytes"]["optimizer"] < base["phase_peak_bytes"]["optimizer"]
+
+
+def test_compile_compiles_the_chunked_loss_as_torchtune_does(recs):
+    """torchtune's compile_loss compiles its chunked loss's CE in place; a plain loss stays eager."""
+    both, chunked = d(recs, "compile+chunked-ce"), d(recs, "chunked-ce+bf16")
+    assert both["loss"] == "chunked" and both["loss_compiled"] is True
+    assert "loss_compiled" not in chunked and "loss_compiled" not in d(recs, "compile")
+    assert both["compiled_graphs"] > d(recs, "compile")["compiled_graphs"]
 
 
 def test_compile_runs_inductor_graphs_that_the_tracker_sees(recs):
