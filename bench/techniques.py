@@ -147,8 +147,9 @@ CATALOG: dict[str, Technique] = dict([
        mode_note="Liger's fused linear cross-entropy is a Triton kernel: it runs on CUDA only"),
     # activation placement, optimizer placement, compilation
     _t("act-offload", {"act_offload": True},
-       "saved activations copied to host memory in forward, back in backward (torch's save_on_cpu; "
-       "with gc, the offloaded tensors are the checkpoints)",
+       "saved activations copied to host memory in forward, back in backward (torchtune's OffloadActivations, "
+       "its forward and backward stashes kept alive as it keeps them; with gc, the offloaded tensors are the "
+       "checkpoints)",
        saves="activations", expected="activations leave the GPU",
        difficulty="low", overhead="PCIe traffic: slower unless overlapped"),
     _t("opt-in-bwd", {"opt_in_bwd": True},
@@ -157,7 +158,8 @@ CATALOG: dict[str, Technique] = dict([
        saves="gradients", expected="almost all gradient memory", difficulty="medium",
        overhead="none; no gradient accumulation or clipping"),
     _t("compile", {"compile": True},
-       "torch.compile of each decoder layer (inductor; sim runs the same graphs and partitioner eagerly)",
+       "torch.compile of each decoder layer, and of the chunked loss's CE as torchtune's compile_loss (inductor; "
+       "sim runs inductor's graphs and partition op by op, values a fused kernel keeps in registers uncounted)",
        saves="activations, temporaries", expected="fused kernels keep fewer intermediates",
        difficulty="low", overhead="compile time; faster steps"),
     # attention kernels
