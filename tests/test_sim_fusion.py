@@ -103,3 +103,38 @@ def test_offloading_keeps_torchtunes_forward_stash_on_the_device(monkeypatch):
     shallow, moved_too, _ = after_forward(1)
     assert moved == moved_too > 0
     assert deep > shallow
+
+
+COMPILED = ["compile", "compile+bf16", "compile+chunked-ce+bf16", "gc+compile+bf16"]
+
+
+@pytest.fixture(scope="module")
+def compiled_cells(tmp_path_factory):
+    from bench import matrix
+    from tests.helpers import write_matrix
+    study = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": COMPILED,
+             "batch_size": 2, "seq_len": 32}
+    return matrix.load(write_matrix(tmp_path_factory.mktemp("compiled"), {"s": study}))
+
+
+def _phases(spec, sim: bool) -> dict:
+    from bench.worker import train
+    from bench.worker.sim import simulate
+    torch._dynamo.reset()
+    out = simulate.simulate_step(spec, cuda_model=False)[0] if sim else train.train(spec, "cpu", MemTracker())
+    return {k: v for k, v in out["phase_peak_bytes"].items() if k in ("forward", "backward")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("technique", COMPILED)
+def test_compiled_cells_count_what_real_inductor_allocates_on_cpu(compiled_cells, technique):
+    """Real inductor on cpu against sim (CUDA modelling off), tiny-llama at 2 x 32 tokens: forward
+    and backward peaks within 0.01% (inductor reuses a dead buffer here and there: a few KiB).
+    At this size the layers' transients are too small to move a phase peak, so the rule itself
+    is held by the loss-chunk test above, where counting every value misses sixfold."""
+    import bitsandbytes  # noqa: F401
+    import peft  # noqa: F401
+    spec = compiled_cells[f"tiny-llama__cpu__{technique}"]
+    real, sim = _phases(spec, sim=False), _phases(spec, sim=True)
+    for phase in real:
+        assert abs(sim[phase] / real[phase] - 1) < 1e-4, (phase, sim, real)
