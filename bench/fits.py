@@ -219,14 +219,20 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
         # from batch 2 up: batch 1's step has a few events of its own (tests/test_fits.py);
         # batch 1 itself is the seq axis' simulation at the study's length
         shapes.axis("batch", [(accum * k, spec["seq_len"]) for k in (2, 3, 4)], degree=1)
-        plan = {}
+        plan, failed = {}, {}
         for name in ("seq", "batch"):
             n = s_limit // r if name == "seq" else BATCH_LIMIT // accum
             shape = (lambda k: (accum, k * r)) if name == "seq" else (lambda k: (k * accum, spec["seq_len"]))
             if shapes.fits[name] is None:
                 _budget(shapes, name)
-            plan[name] = (_largest(lambda k, s=shape, a=name: shapes.peak(*s(k), a), n, caps), shape, n)
-        rows = [row(spec, gpu, _evidence(shapes, plan, gpu, accum), how=_how(shapes)) for gpu in gpus]
+            try:
+                plan[name] = (_largest(lambda k, s=shape, a=name: shapes.peak(*s(k), a), n, caps), shape, n)
+            except SearchError as exc:  # this axis goes unanswered, with its reason; the other still stands
+                failed[name] = str(exc)
+        if not plan:
+            raise SearchError("; ".join(failed.values()))
+        rows = [row(spec, gpu, _evidence(shapes, plan, gpu, accum), reason="; ".join(failed.values()),
+                    how=_how(shapes)) for gpu in gpus]
     except SearchError as exc:
         return {"rows": [row(spec, g, {}, reason=str(exc)) for g in gpus], "simulated": shapes.simulated,
                 "not_exact": shapes.why_not, "shapes_judged": len(shapes.reserved),
@@ -240,7 +246,7 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
 def _evidence(shapes: Shapes, plan: dict, gpu: str, accum: int) -> dict:
     """One GPU's answers and their evidence: the peak at the answer and at the next grid step."""
     vals = {}
-    for name in ("seq", "batch"):
+    for name in plan:  # an axis not in the plan stays "error" (its reason is the row's)
         answers, shape, n = plan[name]
         k, answer = answers[gpu]
         unit = RESOLUTION_TOKENS if name == "seq" else accum
@@ -266,7 +272,8 @@ def _none_rows(spec: dict, gpus: dict, shapes: Shapes, t0: float) -> dict:
 
 def _budget(shapes: Shapes, name: str) -> None:
     """Full simulations instead of interpolation, at most EXACT_BUDGET more for this axis."""
-    sim, start = shapes.trace, len(shapes.simulated)
+    sim = shapes.__dict__.setdefault("uncounted_trace", shapes.trace)  # each axis its own budget
+    start = len(shapes.simulated)
 
     def counted(batch, seq):
         if (batch, seq) not in shapes.traces and len(shapes.simulated) - start >= EXACT_BUDGET:

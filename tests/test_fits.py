@@ -85,6 +85,28 @@ def tiny_spec(seq=512) -> dict:
     return spec
 
 
+def test_an_axis_that_cannot_be_searched_leaves_the_other_answered():
+    """Batch traces that are not one family (odd batches allocate once more) and a bisection
+    past the exact-search budget: the batch answer is an error with its reason, the sequence
+    answer still stands."""
+    from bench import replay
+    spec = tiny_spec()
+
+    def simulate(s, _log=None):
+        b, n = s["batch_size"], s["seq_len"]
+        sizes = [b * n * 128 * 1024, 2 * MiB] + ([MiB] if b % 2 else [])
+        trace = made_up(sizes)
+        return {"status": "ok", "_trace": trace,
+                "modelled_reserved_peak_bytes": replay.replay(trace, "", points=1)["reserved_peak_bytes"]}
+    doc = fits.search(spec, simulate)
+    assert set(doc["not_exact"]) == {"batch"}
+    for r in doc["rows"]:
+        assert r["batch_answer"] == "error" and r["reason"].startswith("batch axis: interpolation not exact")
+        assert r["seq_answer"] in ("fits", "beyond", "none") and "seq axis" not in r["reason"]
+        assert fits_csv.answer_text(r, "batch").startswith("not searched: batch axis")
+    assert {r["seq_answer"] for r in doc["rows"]} >= {"fits", "beyond"}
+
+
 @pytest.mark.slow
 def test_search_answers_equal_every_grid_point_simulated(tmp_path):
     spec = tiny_spec()
