@@ -19,8 +19,10 @@ capacity in the group's heading. Only single-device cells that train the study's
 - step time, tokens/s: sim: the speed model's estimate for that GPU (details.speed_model,
   provenance "modelled"); "no speed model" where the record has none. cuda: measured.
 
-Ranking: fitting recipes by the speed model's step time on that GPU (fastest first); a fitting
-recipe without an estimate comes after those with one. Where no fitting recipe has an estimate
+Ranking: fitting recipes by the speed model's tokens/s on that GPU (fastest first: the same
+order as step time where recipes train the same tokens per step, and a padded step over short
+samples does not pass for a faster recipe); a fitting recipe without an estimate comes after
+those with one. Where no fitting recipe has an estimate
 nothing is recommended ("ranking unavailable"): FLOPs do not count dequantization, precision or
 communication, so they are never used to rank. Then tight, then the common recipes that do
 not fit (so "LoRA + gc with an fp32 base does not fit" is said, not left out).
@@ -119,15 +121,18 @@ def ranked(group: list[dict]) -> tuple[list[dict], bool]:
     fit = [c for c in group if c["verdict"] == "fits"]
     timed = any(c["speed"] or c["row"]["mode"] == "cuda" and not missing(c["row"]["step_s_median"]) for c in fit)
 
-    def step_s(c):
+    def rate(c):  # tokens/s: a step that trains fewer tokens (padding) is not a faster recipe
         if c["row"]["mode"] == "cuda":
-            return math.inf if missing(c["row"]["step_s_median"]) else float(c["row"]["step_s_median"])
-        return c["speed"]["step_s"] if c["speed"] else math.inf
+            return None if missing(c["row"]["tokens_per_s"]) else float(c["row"]["tokens_per_s"])
+        return (c["speed"] or {}).get("tokens_per_s")
+
+    def by_speed(c):
+        return -rate(c) if rate(c) else math.inf
 
     def headroom(c):
         return -(c["capacity"] - c["need"]) if c["capacity"] and c["need"] is not None else math.inf
 
-    fit.sort(key=lambda c: (step_s(c), headroom(c)) if timed else (headroom(c),))
+    fit.sort(key=lambda c: (by_speed(c), headroom(c)) if timed else (headroom(c),))
     tight = sorted((c for c in group if c["verdict"] == "tight"), key=headroom)
     oom = sorted((c for c in group if c["verdict"] == "oom" and c["recipe"]), key=lambda c: c["row"]["technique"])
     return fit + tight + oom, timed
@@ -204,6 +209,7 @@ def section(df: pd.DataFrame, fits: pd.DataFrame | None = None):
             "fits_source": "the fits search (results/fits.csv)" if fits is not None else "not searched in this run",
             "note": "Pick a model and a GPU above (the choice is kept in the URL to share). Need: what the step "
                     "asks of the card, the modelled reserved peak plus the CUDA context and workspace reserve, "
-                    "exactly what the verdict compares with the card's memory. Ranking: fastest estimated step "
-                    "time first (speed model, per GPU); FLOPs are never used to rank. Single-device recipes "
+                    "exactly what the verdict compares with the card's memory. Ranking: highest estimated "
+                    "tokens/s first (speed model, per GPU; a step that trains fewer tokens is not faster); "
+                    "FLOPs are never used to rank. Single-device recipes "
                     "that train the study's workload; multi-GPU cells are in the tables below."}

@@ -132,3 +132,13 @@ def test_sim_rows_stay_in_view_under_a_gpu_filter(df):
         for row in rows:
             cell = html.unescape(row["cell"])
             assert json.loads(html.unescape(row["gpus"])) == ["sim", *verdicts[cell]], (kind, cell)
+
+
+def test_ranking_reads_tokens_per_second_not_step_time():
+    """A padded step over short samples is short, but trains fewer tokens: it is not the faster recipe."""
+    def cand(name, step_s, tokens_per_s):
+        return {"verdict": "fits", "capacity": 80, "need": 30, "recipe": name,
+                "row": {"mode": "sim", "technique": name}, "speed": {"step_s": step_s, "tokens_per_s": tokens_per_s}}
+    padded, packed = cand("padded", 0.07, 4800.0), cand("packed", 1.05, 7800.0)
+    rows, timed = lookup.ranked([padded, packed])
+    assert timed and [c["recipe"] for c in rows] == ["packed", "padded"]
