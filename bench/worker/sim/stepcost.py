@@ -36,6 +36,8 @@ import torch
 import torch.utils.checkpoint as checkpoint
 from torch.utils._pytree import tree_flatten
 
+from bench.worker.memtrack import tensors_in
+
 POINTWISE = torch.Tag.pointwise
 CASTS = ("aten._to_copy", "prims.convert_element_type")
 HOW = ("counted over the first step after warm-up (one rank's micro-batches): FLOPs by "
@@ -69,6 +71,7 @@ class StepCost:
         self.bytes_moved = self.nf4 = self.recompute_flops = self.pcie = 0
         self.tokens = None
         self.pending: dict = {}  # compile: serial -> (bytes, phase) of a fused chain's unwritten output
+        self._facts: dict = {}  # op -> _op_facts(op), looked up once per op, not per call
 
     @contextlib.contextmanager
     def patched(self):
@@ -92,13 +95,20 @@ class StepCost:
     def after_op(self, func, args, kwargs, out, flops: int) -> None:
         if not self.counting:
             return
-        name = str(getattr(func, "overloadpacket", func))
-        if getattr(func, "is_view", False) or name.startswith(("aten.empty", "aten.new_empty")):
-            return
-        ins = [t for t in tree_flatten((args, kwargs or {}))[0] if isinstance(t, torch.Tensor)]
-        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        if not func._schema.is_mutable and _aliases(ins, outs):
-            return  # metadata (prim.device) or a view its schema does not declare (_unsafe_view)
+        facts = self._facts.get(func)
+        if facts is None:
+            facts = self._facts[func] = _op_facts(func)
+        name, moves, mutable = facts
+        if not moves:
+            return  # a view or an allocation
+        outs = tensors_in(out)
+        if not outs and not mutable:
+            return  # metadata (prim.device): no tensor out
+        ins = tensors_in(args)
+        if kwargs:
+            tensors_in(kwargs, ins)
+        if not mutable and _aliases(ins, outs):
+            return  # a view its schema does not declare (_unsafe_view)
         if any(self.tracker.is_host(t) for t in ins + outs if t.device.type != "meta"):
             self.pcie += sum(_nbytes(t) for t in outs)  # one copy: what lands on the other side
             return
@@ -169,6 +179,14 @@ class StepCost:
             "ops": [[*k[:4], n, k[4]] for k, n in sorted(self.ops.items(), key=lambda kv: -kv[0][2] * kv[1])],
             "how": HOW + COMM_RULE,
         }
+
+
+def _op_facts(func) -> tuple[str, bool, bool]:
+    """(name, whether it can move bytes, whether its schema mutates) of an op: what ``after_op``
+    reads per call, computed once. Views (declared) and allocations (``empty*``) move nothing."""
+    name = str(getattr(func, "overloadpacket", func))
+    moves = not (getattr(func, "is_view", False) or name.startswith(("aten.empty", "aten.new_empty")))
+    return name, moves, func._schema.is_mutable
 
 
 def _aliases(ins, outs) -> bool:
