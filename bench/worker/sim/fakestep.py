@@ -26,6 +26,8 @@ nothing is allocated. What it has to add, each for a stated reason:
   a real cpu run counts (tests/test_sim_fidelity.py).
 - ``compile``: the decoder layers compiled with ``aot_eager_decomp_partition`` instead of
   inductor (bench/worker/placement.py says what that models).
+- FakeTensorMode's dispatch-cache key built faster, to the same value (bench/worker/sim/fastkey.py):
+  about a quarter of a 7B step's time went into it.
 - FLOPs: torch.utils.flop_counter's formulas, counted by the tracker over the first step after
   warm-up (``count_flops``); over the same step, what it costs a GPU (FLOPs per dtype, bytes
   moved, NF4 dequantization, recomputation: bench/worker/sim/stepcost.py, ``cost``).
@@ -41,7 +43,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.flop_counter import flop_registry
 
 from bench.worker import cuda_alloc, models
-from bench.worker.sim import cuda_kernels, stepcost
+from bench.worker.sim import cuda_kernels, fastkey, stepcost
 from bench.worker.memtrack import MemTracker
 from bench.techniques import BNB_OPTIMIZERS
 
@@ -98,7 +100,7 @@ class FakeRun:
             import bitsandbytes  # noqa: F401
             import peft  # noqa: F401
         s = self._stack
-        self.mode = s.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+        self.mode = s.enter_context(fastkey.install(FakeTensorMode(allow_non_fake_inputs=True)))
         s.enter_context(swapped(torch.utils, "swap_tensors", self._swap_tensors))
         s.enter_context(swapped(masking_utils, "_ignore_causal_mask_sdpa", self._ignore_causal_mask_sdpa))
         if self.knobs["optimizer"] in BNB_OPTIMIZERS or self.knobs["adapter"] == "qlora":
