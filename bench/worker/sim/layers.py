@@ -10,8 +10,8 @@ and the L-layer step is built from the first two:
 
 - the allocation trace: each trace is written as events that name no serial (an allocation:
   its serial's distance from the last new serial, bytes, step, phase, op, category; a free:
-  which live allocation of the same bytes, op and category it frees, counted from the newest
-  or the oldest, whichever is nearer). The k + 1 trace must be the k trace with blocks
+  which live allocation of the same bytes, op and category it frees: the oldest, or else
+  counted from the newest, as a layer frees its own). The k + 1 trace must be the k trace with blocks
   inserted, each a repeat of the events just before it (a layer's, or a layer's part, in
   each stretch of the step that walks the layers); the L trace is the k trace with each block
   inserted L - k times, read back into serials.
@@ -292,7 +292,7 @@ def encode(trace: dict) -> list[tuple]:
             oldest = stack.index(s)
             newest = len(stack) - 1 - oldest
             stack.pop(oldest)
-            out.append((0, step[i], phase[i], sig, newest if newest <= oldest else -1 - oldest))
+            out.append((0, step[i], phase[i], sig, -1 if oldest == 0 < newest else newest))
     return out
 
 
