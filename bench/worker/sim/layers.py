@@ -6,7 +6,7 @@ A sim step's cost grows with the layer count (a 28-layer 7B step: ~0.3 s a layer
 while what the layers add is the same each time: their parameters, their activations, their
 ops. So the step is simulated three times in fresh forks of this process (the state a full
 run starts from), with the model config's ``num_hidden_layers`` set to k = 2, k + 1 and k + 2,
-and the L-layer step is built from the first two:
+and the L-layer step is built from the first two (the three run side by side, one per core):
 
 - the allocation trace: each trace is written as events that name no serial (an allocation:
   its serial's distance from the last new serial, bytes, step, phase, op, category; a free:
@@ -103,14 +103,12 @@ def extended(spec: dict, cuda_model: bool = True, min_layers: int | None = None)
         if any(len(k) != 1 or k != kinds[0] for k in kinds):
             say(f"layers: full step (layer types {kinds})")
             return None
-        parts = []
-        for n in counts:
-            say(f"layers: simulating {n} of {layers} layers")
-            part = _in_fork(dict(spec, model_config=paths[n]), cuda_model, Path(tmp, f"part{n}.pickle"))
-            if part is None:
-                say(f"layers: full step (the {n}-layer simulation failed)")
-                return None
-            parts.append(part)
+        say(f"layers: simulating {', '.join(map(str, counts))} of {layers} layers")
+        parts = _in_forks([(dict(spec, model_config=paths[n]), Path(tmp, f"part{n}.pickle")) for n in counts],
+                          cuda_model)
+        if any(p is None for p in parts):
+            say("layers: full step (a small simulation failed)")
+            return None
     try:
         m = extend(spec, parts, layers - BASE, cuda_model)
     except NotExact as exc:
@@ -120,31 +118,46 @@ def extended(spec: dict, cuda_model: bool = True, min_layers: int | None = None)
     return m
 
 
-def _in_fork(spec: dict, cuda_model: bool, path: Path) -> dict | None:
-    """``measured_part`` of ``spec``'s step, simulated in a fork of this process (the state a
-    fresh run of the cell starts from); None if it failed (the log has why)."""
+def _in_forks(jobs: list, cuda_model: bool) -> list:
+    """``measured_part`` of each (spec, path) in ``jobs``, each simulated in its own fork of
+    this process (the state a fresh run of the cell starts from), up to one per core at a time;
+    None for any that failed (the log has why)."""
     import sys
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            part = measured_part(spec, cuda_model)
-            with open(path, "wb") as fh:
-                pickle.dump(part, fh)
-            code = 0
-        except BaseException:  # noqa: BLE001 - any failure: the parent runs the full step
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+    running, parts = {}, [None] * len(jobs)
+    for index, (spec, path) in enumerate(jobs):
+        if len(running) >= max(1, os.cpu_count() or 1):
+            _reap(running, parts)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                part = measured_part(spec, cuda_model)
+                with open(path, "wb") as fh:
+                    pickle.dump(part, fh)
+                code = 0
+            except BaseException:  # noqa: BLE001 - any failure: the parent runs the full step
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        running[pid] = (index, path)
+    while running:
+        _reap(running, parts)
+    return parts
+
+
+def _reap(running: dict, parts: list) -> None:
+    """Wait for the oldest fork still running (by pid: other children of this process are
+    not ours to reap)."""
+    pid = next(iter(running))
     _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0 or not path.is_file():
-        return None
-    with open(path, "rb") as fh:
-        return pickle.load(fh)
+    index, path = running.pop(pid)
+    if os.waitstatus_to_exitcode(status) == 0 and path.is_file():
+        with open(path, "rb") as fh:
+            parts[index] = pickle.load(fh)
 
 
 def measured_part(spec: dict, cuda_model: bool) -> dict:
