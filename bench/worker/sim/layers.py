@@ -39,6 +39,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
+from bench import lifeline
 from bench.record import PHASES
 from bench.worker.progress import say
 
@@ -133,6 +134,7 @@ def _in_forks(jobs: list, cuda_model: bool) -> list:
         if pid == 0:
             code = 1
             try:
+                lifeline.die_with_parent()  # a cell killed at its limit takes these with it
                 part = measured_part(spec, cuda_model)
                 with open(path, "wb") as fh:
                     pickle.dump(part, fh)
@@ -358,6 +360,8 @@ def insertions(a: list, b: list) -> list | None:
         while found is None and window >= 1:
             w = min(window, len(a) - i)
             for d in range(1, min(left, j) + 1):
+                if b[j + d] != a[i] if j + d < len(b) else True:
+                    continue  # b cannot run on as a from here: no need to compare more
                 if b[j + d:j + d + w] == a[i:i + w] and b[j:j + d] == b[j - d:j]:
                     found = d
                     break
