@@ -25,9 +25,10 @@ Verified, or not used: the extension from (k, k + 1) must give the k + 2 simulat
 event for event, and the peaks (overall, per phase, per step, the build's) and the categories
 at them, recomputed from a trace by the tracker's rules, must equal the tracker's in all three
 simulations and equal the extrapolated figures at L (a peak that moves to another place as
-layers are added is caught here, not extrapolated). Any difference, and any cell outside what
-this covers (ZeRO/FSDP, compile, a model whose layers are not all alike: ``eligible``), runs
-the full step instead; the worker log says which and why. The record is the same either way
+layers are added is caught here, not extrapolated). Where k = 2 does not verify, k = 4 is
+tried once (a peak still moving between 2 and 4 layers has mostly settled by 4). Any
+difference, and any cell outside what this covers (ZeRO/FSDP, compile, a model whose layers
+are not all alike: ``eligible``), runs the full step instead; the worker log says which and why. The record is the same either way
 (tests/test_sim_layers.py holds extended and full records equal, field for field).
 """
 from __future__ import annotations
@@ -44,6 +45,7 @@ from bench.record import PHASES
 from bench.worker.progress import say
 
 BASE = 2            # layers of the smallest simulation: (k, k + 1) extend, k + 2 checks
+RETRY_BASE = 4      # where 2, 3, 4 do not verify: 4, 5, 6 (peaks settle with a few more layers)
 MIN_LAYERS = 10     # below this the three small steps cost about what the full one does
 MODEL_TYPES = ("llama", "qwen2")  # decoders whose layers are all alike (checked on the config too)
 
@@ -91,32 +93,46 @@ def _layer_types(path: str) -> set:
 
 def extended(spec: dict, cuda_model: bool = True, min_layers: int | None = None):
     """The L-layer step's ``simulate.Measured``, built from three small simulations and
-    verified; None when the cell is not eligible or the extension does not verify."""
+    verified; None when the cell is not eligible or the extension does not verify. From 2
+    layers first; where that does not verify (a peak that is still moving between 2 and 4
+    layers, most often), once more from ``RETRY_BASE``."""
     why = eligible(spec, min_layers)
     if why:
         say(f"layers: full step ({why})")
         return None
     layers = json.loads(Path(spec["model_config"]).read_text())["num_hidden_layers"]
-    counts = (BASE, BASE + 1, BASE + 2)
+    for base in (BASE, RETRY_BASE):
+        if base + 2 >= layers:
+            break
+        m, why = _from(spec, base, layers, cuda_model)
+        if m is not None:
+            say(f"layers: {layers} layers extended from {base}, {base + 1} (verified exact at {base + 2})")
+            return m
+        say(f"layers: not from {base} layers ({why})")
+        if why.startswith(("layer types", "a small")):
+            break
+    say("layers: full step")
+    return None
+
+
+def _from(spec: dict, base: int, layers: int, cuda_model: bool):
+    """(Measured, '') of the L-layer step from ``base``, ``base`` + 1 and ``base`` + 2 layers, or
+    (None, why not)."""
+    counts = (base, base + 1, base + 2)
     with tempfile.TemporaryDirectory(prefix="ftmb-layers-") as tmp:
         paths = {n: _config(spec, n, tmp) for n in counts}
         kinds = [_layer_types(p) for p in (spec["model_config"], *paths.values())]
         if any(len(k) != 1 or k != kinds[0] for k in kinds):
-            say(f"layers: full step (layer types {kinds})")
-            return None
+            return None, f"layer types {kinds}"
         say(f"layers: simulating {', '.join(map(str, counts))} of {layers} layers")
         parts = _in_forks([(dict(spec, model_config=paths[n]), Path(tmp, f"part{n}.pickle")) for n in counts],
                           cuda_model)
         if any(p is None for p in parts):
-            say("layers: full step (a small simulation failed)")
-            return None
+            return None, "a small simulation failed"
     try:
-        m = extend(spec, parts, layers - BASE, cuda_model)
+        return extend(spec, parts, layers - base, cuda_model), ""
     except NotExact as exc:
-        say(f"layers: full step (extension not exact: {exc})")
-        return None
-    say(f"layers: {layers} layers extended from {BASE}, {BASE + 1} (verified exact at {BASE + 2})")
-    return m
+        return None, f"extension not exact: {exc}"
 
 
 def _in_forks(jobs: list, cuda_model: bool) -> list:
