@@ -100,6 +100,11 @@ class MemTracker(TorchDispatchMode):
         self.ops: dict = {"(direct)": 0}    # op name -> index in the trace
         self._op = 0
         self._phase_index = {p: i for i, p in enumerate(TRACE_PHASES)}
+        # walk every op's outputs with pytree, as this tracker did before ``tensors_in``: a
+        # compiled step (sim's aot_eager graphs) frees storages held in reference cycles when
+        # Python's cyclic GC runs, which depends on how many objects the process allocates, so
+        # its records stay exact only with the same allocations per op (fakestep.FakeRun sets it)
+        self.pytree_outputs = False
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
@@ -276,7 +281,11 @@ class MemTracker(TorchDispatchMode):
         if op is None:
             op = self.ops[func] = len(self.ops)
         self._op = op
-        if isinstance(out, torch.Tensor):  # most ops: one tensor, no pytree walk
+        if self.pytree_outputs:  # see __init__
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor):
+                    self.track(t)
+        elif isinstance(out, torch.Tensor):  # most ops: one tensor, no pytree walk
             self.track(out)
         elif out is not None and not isinstance(out, _NO_TENSORS):
             for t in tensors_in(out):

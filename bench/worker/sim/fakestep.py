@@ -100,7 +100,12 @@ class FakeRun:
             import bitsandbytes  # noqa: F401
             import peft  # noqa: F401
         s = self._stack
-        self.mode = s.enter_context(fastkey.install(FakeTensorMode(allow_non_fake_inputs=True)))
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        if self.knobs["compile"]:  # a compiled step's records depend on its allocations per op (memtrack
+            self.tracker.pytree_outputs = True  # ``pytree_outputs``): torch's own key and pytree walks, as before
+        else:
+            fastkey.install(mode)
+        self.mode = s.enter_context(mode)
         s.enter_context(swapped(torch.utils, "swap_tensors", self._swap_tensors))
         s.enter_context(swapped(masking_utils, "_ignore_causal_mask_sdpa", self._ignore_causal_mask_sdpa))
         if self.knobs["optimizer"] in BNB_OPTIMIZERS or self.knobs["adapter"] == "qlora":
