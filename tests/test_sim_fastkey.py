@@ -1,6 +1,6 @@
 """Sim's fast FakeTensor cache key (bench/worker/sim/fastkey.py) is torch's key, value for value:
 on every op of real sim steps (tiny models, techniques that reach LoRA, QLoRA's 4-bit ops,
-checkpointing, compile's partitioned graphs, 8-bit optimizers), the key built with it equals
+checkpointing, activation offloading, 8-bit optimizers), the key built with it equals
 the key torch's own ``_prep_args_for_hash`` builds, and a bypass torch raises is raised too."""
 import pytest
 
@@ -11,7 +11,7 @@ from torch._subclasses import fake_tensor as ft
 from bench import matrix
 from bench.worker.sim import fakestep, fastkey, simulate
 
-TECHNIQUES = ["lora+gc+bf16", "qlora+gc", "adamw8bit+gc+bf16", "bf16+compile"]
+TECHNIQUES = ["lora+gc+bf16", "qlora+gc", "adamw8bit+gc+bf16", "gc+act-offload+bf16"]
 
 
 @pytest.fixture(scope="module")
@@ -55,3 +55,17 @@ def test_fast_key_is_torchs_key(cells, monkeypatch, technique):
     out = simulate.run(spec)
     assert out["peak_bytes"] > 0
     assert seen["args"] > 500 and seen["tensors"] > 500, seen  # the check ran on the step's ops
+
+
+def test_compiled_steps_keep_torchs_key(cells, monkeypatch):
+    """A compiled step runs with torch's own key (fakestep.FakeRun: its record depends on the
+    allocations per op, bench/worker/memtrack.py ``pytree_outputs``)."""
+    installed = []
+    monkeypatch.setattr(fakestep.fastkey, "install", lambda mode: installed.append(mode) or mode)
+    spec = cells["tiny-qwen2__sim__lora+gc+bf16"]
+    compiled = dict(spec, knobs=dict(spec["knobs"], compile=True))
+    with fakestep.FakeRun(compiled, fakestep.sim_tracker()) as fake:
+        assert fake.tracker.pytree_outputs
+    with fakestep.FakeRun(spec, fakestep.sim_tracker()) as fake:
+        assert not fake.tracker.pytree_outputs
+    assert len(installed) == 1
