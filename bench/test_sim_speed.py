@@ -89,3 +89,67 @@ def test_sim_tracker_overhead(benchmark, tmp_path):
     assert info["ours_peak_bytes"] == info["torch_peak_bytes"]
     assert info["ours_over_untracked"] <= 1.5, info
     assert info["torch_over_ours"] >= 5, info
+
+
+LAYERS_CELL = "qwen2.5-7b__sim__lora+gc+bf16"
+
+
+def _forked(fn, *args):
+    """(seconds, result, what it printed) of ``fn(*args)`` in a fork of this process (imports
+    warm, nothing else run in it: what the warm sim server's child does), timed in the child."""
+    import io
+    import os
+    import pickle
+    import tempfile
+    from contextlib import redirect_stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "out.pickle")
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                printed = io.StringIO()
+                with redirect_stdout(printed):
+                    t0 = time.perf_counter()
+                    out = fn(*args)
+                    dt = time.perf_counter() - t0
+                out.pop("_trace", None)
+                with open(path, "wb") as fh:
+                    pickle.dump((dt, out, printed.getvalue()), fh)
+                code = 0
+            finally:
+                os._exit(code)
+        os.waitpid(pid, 0)
+        with open(path, "rb") as fh:
+            return pickle.load(fh)
+
+
+def test_sim_layer_extension(benchmark):
+    """One warm 7B evaluation (Qwen2.5-7B lora+gc+bf16, batch 1 x 2048: bench/test_fits_speed.py's
+    cell) two ways in the same conditions: the full 28-layer step, and the step simulated with
+    2, 3 and 4 layers and extended (bench/worker/sim/layers.py). Asserted on the saved data:
+    the two records are identical, the extension was used, and it is at least 1.5x faster.
+    Issue 13's target, <= 2 s a warm evaluation, is recorded (``meets_target``), not asserted."""
+    import json
+
+    import bitsandbytes  # noqa: F401  (what the warm server imports before any cell)
+    import peft  # noqa: F401
+
+    from bench import identical
+    from bench.worker.sim import layers
+
+    spec = matrix.load()[LAYERS_CELL]
+
+    def both():
+        return _forked(lambda: simulate.finish(spec, simulate.measure(spec))), _forked(simulate.run, spec)
+
+    (full_s, full, _), (ext_s, ext, log) = benchmark.pedantic(both, rounds=1, iterations=1)
+    differences = [str(d) for d in identical.compare(json.loads(json.dumps(full)), json.loads(json.dumps(ext)))]
+    info = {"full_step_s": round(full_s, 2), "extended_s": round(ext_s, 2),
+            "speedup": round(full_s / ext_s, 2), "extended": layers.eligible(spec) == "" and "extended from" in log,
+            "differences": differences, "target_s": 2.0, "meets_target": ext_s <= 2.0,
+            "shape": f"{LAYERS_CELL}, batch 1 x 2048, warm (a fork of an imported process)"}
+    benchmark.extra_info.update(info)
+    assert info["differences"] == [], info
+    assert info["extended"], info
+    assert info["speedup"] >= 1.5, info

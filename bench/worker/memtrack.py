@@ -105,6 +105,11 @@ class MemTracker(TorchDispatchMode):
         self.fusing = False                 # inside a fused kernel (``fused``): outputs are never stored
         self.in_registers: dict[int, int] = {}  # storage key -> negative serial: values no kernel wrote
         self._unstored = 0
+        # walk every op's outputs with pytree, as this tracker did before ``tensors_in``: a
+        # compiled step (sim's aot_eager graphs) frees storages held in reference cycles when
+        # Python's cyclic GC runs, which depends on how many objects the process allocates, so
+        # its records stay exact only with the same allocations per op (fakestep.FakeRun sets it)
+        self.pytree_outputs = False
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
@@ -306,8 +311,14 @@ class MemTracker(TorchDispatchMode):
         if op is None:
             op = self.ops[func] = len(self.ops)
         self._op = op
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor):
+        if self.pytree_outputs:  # see __init__
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor):
+                    self.track(t)
+        elif isinstance(out, torch.Tensor):  # most ops: one tensor, no pytree walk
+            self.track(out)
+        elif out is not None and not isinstance(out, _NO_TENSORS):
+            for t in tensors_in(out):
                 self.track(t)
         for hook in self.op_hooks:
             hook(func, args, kwargs, out)
@@ -396,6 +407,31 @@ class MemTracker(TorchDispatchMode):
             if serial in self.known[cat]:
                 return cat
         return {"forward": "activations", "backward": "temporaries", "optimizer": "temporaries"}.get(born, "other")
+
+
+_NO_TENSORS = (bool, int, float, str, torch.device, torch.dtype, torch.layout, torch.memory_format)
+
+
+def tensors_in(tree, out: list | None = None) -> list:
+    """The tensors of ``tree`` in ``tree_flatten``'s order (depth first, dict values in insertion
+    order), walking plain tuples, lists and dicts here and anything else through pytree: the
+    same list, without pytree's per-node overhead on every op (sim runs ~10^5 ops a step)."""
+    if out is None:
+        out = []
+    kind = type(tree)
+    if kind is tuple or kind is list:
+        for x in tree:
+            if isinstance(x, torch.Tensor):
+                out.append(x)
+            elif x is not None and not isinstance(x, _NO_TENSORS):
+                tensors_in(x, out)
+    elif kind is dict:
+        tensors_in(list(tree.values()), out)
+    elif isinstance(tree, torch.Tensor):
+        out.append(tree)
+    elif tree is not None and not isinstance(tree, _NO_TENSORS):
+        out.extend(t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor))
+    return out
 
 
 def canonical_frees(events: list) -> list:

@@ -27,6 +27,8 @@ nothing is allocated. What it has to add, each for a stated reason:
 - ``compile``: the decoder layers (and the chunked loss's CE) compiled with sim's own backend
   instead of inductor: inductor's graphs, decompositions and partition, run op by op with the
   values inductor fuses into registers uncounted (bench/worker/sim/fusion.py).
+- FakeTensorMode's dispatch-cache key built faster, to the same value (bench/worker/sim/fastkey.py):
+  about a quarter of a 7B step's time went into it.
 - FLOPs: torch.utils.flop_counter's formulas, counted by the tracker over the first step after
   warm-up (``count_flops``); over the same step, what it costs a GPU (FLOPs per dtype, bytes
   moved, NF4 dequantization, recomputation: bench/worker/sim/stepcost.py, ``cost``).
@@ -42,7 +44,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.flop_counter import flop_registry
 
 from bench.worker import cuda_alloc, models
-from bench.worker.sim import cuda_kernels, fusion, stepcost
+from bench.worker.sim import cuda_kernels, fastkey, fusion, stepcost
 from bench.worker.memtrack import MemTracker
 from bench.techniques import BNB_OPTIMIZERS
 
@@ -95,7 +97,12 @@ class FakeRun:
             import bitsandbytes  # noqa: F401
             import peft  # noqa: F401
         s = self._stack
-        self.mode = s.enter_context(FakeTensorMode(allow_non_fake_inputs=True))
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        if self.knobs["compile"]:  # a compiled step's records depend on its allocations per op (memtrack
+            self.tracker.pytree_outputs = True  # ``pytree_outputs``): torch's own key and pytree walks, as before
+        else:
+            fastkey.install(mode)
+        self.mode = s.enter_context(mode)
         s.enter_context(swapped(torch.utils, "swap_tensors", self._swap_tensors))
         s.enter_context(swapped(masking_utils, "_ignore_causal_mask_sdpa", self._ignore_causal_mask_sdpa))
         if self.knobs["optimizer"] in BNB_OPTIMIZERS or self.knobs["adapter"] == "qlora":

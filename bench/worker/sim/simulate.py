@@ -93,27 +93,58 @@ def states_phase_of(phases: dict) -> str:
                                       p == "optimizer"))
 
 
+class Measured:
+    """What the simulated step gives ``finish``: the step's record fields (``out``, times
+    dropped), the phases' breakdowns, FLOPs, the tracker (its trace and rounding), the step
+    cost counter, the paged optimizer state, the session (None when the step was extended
+    from fewer layers: bench/worker/sim/layers.py), and the host's peak RSS."""
+
+    def __init__(self, out, phases, flops, tracker, cost, paged, cuda_model: bool, session=None, rss=None):
+        self.out, self.phases, self.flops, self.tracker = out, phases, flops, tracker
+        self.cost, self.paged, self.cuda_model, self.session, self.rss = cost, paged, cuda_model, session, rss
+
+
+def measure(spec: dict, cuda_model: bool = True) -> Measured:
+    """The cell's single-process step under fake tensors, as ``finish`` reads it."""
+    out, tracker, fake = simulate_step(single_process(spec), cuda_model)
+    phases = tracker.phase_breakdown()
+    out.update(step_s_median=None, tokens_per_s=None)
+    out["details"].pop("timed_s", None)  # fake time, and the load beside it
+    out["details"].pop("timing_load", None)
+    paged = paged_state_bytes(fake.session, spec["knobs"], tracker.rounding)
+    return Measured(out, phases, fake.flops, tracker, fake.cost, paged, cuda_model, fake.session)
+
+
 def run(spec: dict, cuda_model: bool = True) -> dict:
     """Record fields for a sim cell (see the module docstring). What sim cannot run was
-    decided when the matrix loaded (bench/techniques.py ``skip_reason``)."""
-    step = single_process(spec)
-    out, tracker, fake = simulate_step(step, cuda_model)
-    phases = tracker.phase_breakdown()
+    decided when the matrix loaded (bench/techniques.py ``skip_reason``). A decoder of many
+    identical layers is simulated with fewer and extended where that is verified exact
+    (bench/worker/sim/layers.py); anything else, and any extension that does not verify,
+    runs the full step."""
+    m = None
+    if not spec["knobs"]["compile"]:  # nothing imported or run before a compiled step (memtrack ``pytree_outputs``)
+        from bench.worker.sim import layers
+        m = layers.extended(spec, cuda_model)
+    return finish(spec, m if m is not None else measure(spec, cuda_model))
+
+
+def finish(spec: dict, m: Measured) -> dict:
+    """The record fields from the measured step: partitioning, the allocator replay, verdicts,
+    peers, step cost and speed model."""
+    out, tracker, phases = m.out, m.tracker, m.phases
     states_phase = states_phase_of(phases)
     states = phases[states_phase]
-    out.update(step_s_median=None, tokens_per_s=None, flops_per_step=fake.flops)
+    out.update(flops_per_step=m.flops)
     details = out["details"]
-    details.update(simulated=CUDA_MODEL if cuda_model else "cpu kernels, exact bytes",
+    details.update(simulated=CUDA_MODEL if m.cuda_model else "cpu kernels, exact bytes",
                    phase_breakdown_bytes=phases)
-    details.pop("timed_s", None)  # fake time, and the load beside it
-    details.pop("timing_load", None)
     if (spec["knobs"]["dist"] or "").startswith("zero"):
-        phases = _deepspeed_master(fake.session, spec["knobs"], phases, tracker.rounding, details)
+        phases = _deepspeed_master(m.session, spec["knobs"], phases, tracker.rounding, details)
     if spec["knobs"]["dist"]:
         n, dist = spec["world_size"], spec["knobs"]["dist"]
         details["unpartitioned"] = {k: out[k] for k in ("peak_bytes", "breakdown_bytes", "phase_peak_bytes",
                                                         "step_peak_bytes")}
-        units = sharding.unit_bytes(fake.session.model, tracker.rounding)
+        units = sharding.unit_bytes(m.session.model, tracker.rounding)
         part = sharding.partition(phases, dist, n, units)
         out.update(peak_bytes=part["peak_bytes"], breakdown_bytes=part["breakdown_bytes"],
                    phase_peak_bytes=part["phase_peak_bytes"], step_peak_bytes=None)
@@ -139,15 +170,14 @@ def run(spec: dict, cuda_model: bool = True) -> dict:
                               out["params_trainable"])
     details["model_state_bytes"] = ours["model_states"]
     details["peers"] = peers.compare(spec, ours)
-    paged = paged_state_bytes(fake.session, spec["knobs"], tracker.rounding)
-    if paged:
-        details["paged_state_bytes"] = paged
+    if m.paged:
+        details["paged_state_bytes"] = m.paged
     if spec.get("published"):
-        details["published"] = published(spec["published"], out["peak_bytes"], paged)
-    cost = details["step_cost"] = fake.cost.record(spec, fake.session)
+        details["published"] = published(spec["published"], out["peak_bytes"], m.paged)
+    cost = details["step_cost"] = m.cost.record(spec, m.session)
     details["speed_model"] = {gpu: speedmodel.estimate(cost, profile, spec["knobs"])
                               for gpu, profile in profiles.items()}
-    out["host_peak_rss_bytes"] = train.host_peak_rss()
+    out["host_peak_rss_bytes"] = max(train.host_peak_rss(), m.rss or 0)
     return out
 
 

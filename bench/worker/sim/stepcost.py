@@ -36,6 +36,8 @@ import torch
 import torch.utils.checkpoint as checkpoint
 from torch.utils._pytree import tree_flatten
 
+from bench.worker.memtrack import tensors_in
+
 POINTWISE = torch.Tag.pointwise
 CASTS = ("aten._to_copy", "prims.convert_element_type")
 HOW = ("counted over the first step after warm-up (one rank's micro-batches): FLOPs by "
@@ -69,6 +71,11 @@ class StepCost:
         self.bytes_moved = self.nf4 = self.recompute_flops = self.pcie = 0
         self.tokens = None
         self.pending: dict = {}  # compile: serial -> (bytes, phase) of a fused chain's unwritten output
+        self._facts: dict = {}  # op -> _op_facts(op), looked up once per op, not per call
+        if not self.compile:
+            # a compiled step keeps the class's after_op, allocations per op and all: its records
+            # depend on them (bench/worker/memtrack.py ``pytree_outputs``)
+            self.after_op = self._after_op_fast
 
     @contextlib.contextmanager
     def patched(self):
@@ -99,6 +106,54 @@ class StepCost:
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         if not func._schema.is_mutable and _aliases(ins, outs):
             return  # metadata (prim.device) or a view its schema does not declare (_unsafe_view)
+        if any(self.tracker.is_host(t) for t in ins + outs if t.device.type != "meta"):
+            self.pcie += sum(_nbytes(t) for t in outs)  # one copy: what lands on the other side
+            return
+        part = "recompute" if self.recomputing else "step"
+        if self.compile:
+            nbytes = self._fused_bytes(func, name, ins, outs, part)
+        else:
+            nbytes = sum(_nbytes(t) for t in outs) + sum(_nbytes(t) for t in ins)
+        if name == "bitsandbytes.gemm_4bit":
+            dequant, weight = _gemm_4bit_dequant(args, outs)
+            self.nf4 += dequant
+            nbytes += weight - sum(_nbytes(t) for t in ins[1:])  # the GEMM reads the 16-bit weight
+        elif name == "bitsandbytes.dequantize_4bit":
+            self.nf4 += nbytes
+            part = "nf4_dequant"
+        self.bytes_moved += nbytes
+        if flops:
+            dtype = _dtype(outs or ins)
+            self.flops_by_dtype[dtype] = self.flops_by_dtype.get(dtype, 0) + flops
+            key = (name, dtype, flops, nbytes, part)
+            self.ops[key] = self.ops.get(key, 0) + 1
+            if part == "recompute":
+                self.recompute_flops += flops
+        else:
+            self.memory[part] = self.memory.get(part, 0) + nbytes
+
+    def _after_op_fast(self, func, args, kwargs, out, flops: int) -> None:
+        """``after_op`` for a step that is not compiled: the same counts, with the per-op facts
+        looked up once and the outputs and inputs walked without pytree."""
+        if not self.counting:
+            return
+        facts = self._facts.get(func)
+        if facts is None:
+            facts = self._facts[func] = _op_facts(func)
+        name, moves, mutable = facts
+        if not moves:
+            return  # a view or an allocation
+        outs = tensors_in(out)
+        if not outs and not mutable:
+            return  # metadata (prim.device): no tensor out
+        ins = tensors_in(args)
+        if kwargs:
+            tensors_in(kwargs, ins)
+        if not mutable and _aliases(ins, outs):
+            return  # a view its schema does not declare (_unsafe_view)
+        self._count(func, name, args, ins, outs, flops)
+
+    def _count(self, func, name: str, args, ins: list, outs: list, flops: int) -> None:
         if any(self.tracker.is_host(t) for t in ins + outs if t.device.type != "meta"):
             self.pcie += sum(_nbytes(t) for t in outs)  # one copy: what lands on the other side
             return
@@ -169,6 +224,14 @@ class StepCost:
             "ops": [[*k[:4], n, k[4]] for k, n in sorted(self.ops.items(), key=lambda kv: -kv[0][2] * kv[1])],
             "how": HOW + COMM_RULE,
         }
+
+
+def _op_facts(func) -> tuple[str, bool, bool]:
+    """(name, whether it can move bytes, whether its schema mutates) of an op: what ``after_op``
+    reads per call, computed once. Views (declared) and allocations (``empty*``) move nothing."""
+    name = str(getattr(func, "overloadpacket", func))
+    moves = not (getattr(func, "is_view", False) or name.startswith(("aten.empty", "aten.new_empty")))
+    return name, moves, func._schema.is_mutable
 
 
 def _aliases(ins, outs) -> bool:

@@ -1,0 +1,85 @@
+"""FakeTensorMode's dispatch-cache key, built faster, to the same value.
+
+Every op of a sim step goes through FakeTensorMode's dispatch cache, whose key flattens each
+FakeTensor argument into its metadata (``extract_tensor_metadata`` + ``TensorMetadata.
+_flatten_into``: a dataclass built and walked field by field per argument, per op). On a 7B
+step that is about a quarter of the step's time. ``install(mode)`` gives one mode instance a
+``_prep_args_for_hash`` that appends exactly the same values, in the same order, for the
+common argument (a dense strided FakeTensor of this mode, no symbolic sizes, no constant),
+written out directly; every other argument goes through torch's own code unchanged.
+
+The key decides only whether the cache is hit (a hit gives what the op would compute: that is
+the cache's contract), and it is the same key, so what the step computes is unchanged.
+tests/test_sim_fastkey.py holds the two keys equal on every op of real sim steps.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+from torch._subclasses import fake_tensor as ft
+
+_ORIGINAL = ft.FakeTensorMode._prep_args_for_hash
+_LENGTH = [f"length_{n}" for n in range(64)]
+_STRIDED = torch.strided
+
+
+def _length(n: int) -> str:
+    return _LENGTH[n] if n < 64 else f"length_{n}"
+
+
+def prep_args_for_hash(self, result: list, args, state, id_hashed_objects: list) -> None:
+    """torch's ``FakeTensorMode._prep_args_for_hash`` with its FakeTensor branch written out for
+    dense strided tensors without symbolic sizes (what ``extract_tensor_metadata(t).
+    _flatten_into`` appends for them); anything else is handed to torch's code, argument by
+    argument, so that the appended values and the bypasses raised are torch's."""
+    kind = type(args)
+    if kind is dict or not (kind is tuple or kind is list):
+        return _ORIGINAL(self, result, args, state, id_hashed_objects)
+    result.append(kind)
+    result.append(_length(len(args)))
+    append = result.append
+    for arg in args:
+        if (type(arg) is ft.FakeTensor and arg.fake_mode is self and arg.constant is None
+                and arg.layout is _STRIDED and not arg._has_symbolic_sizes_strides):
+            shape, stride = arg.shape, arg.stride()
+            memory_format = ft.suggest_memory_format(arg)
+            if not arg.is_contiguous(memory_format=memory_format):
+                memory_format = None
+            append(arg.dtype)
+            append(torch.Size)
+            append(_length(len(shape)))
+            for n in shape:
+                append(int)
+                append(n)
+            append(tuple)
+            append(_length(len(stride)))
+            for n in stride:
+                append(int)
+                append(n)
+            append(arg.device)
+            append(_STRIDED)
+            append(memory_format)
+            append(arg.storage_offset())
+            append(arg.untyped_storage().nbytes())
+            append(arg.requires_grad)
+            append(arg.is_quantized)
+            append(arg.is_conj())
+            append(arg.is_neg())
+            append(arg.is_inference())
+            append(arg.is_sparse)
+            append(None)  # is_coalesced, dense_dim, sparse_dim: dense tensors have none
+            append(None)
+            append(None)
+        else:
+            # torch's own branch for this one argument: what it appends after the list's
+            # type and length is exactly what it appends for that element of a list
+            mark = len(result)
+            _ORIGINAL(self, result, (arg,), state, id_hashed_objects)
+            del result[mark:mark + 2]  # the (tuple, "length_1") of the one-element wrapper
+
+
+def install(mode: ft.FakeTensorMode) -> ft.FakeTensorMode:
+    """``mode`` with the fast key (its instance only; torch's class is untouched)."""
+    mode._prep_args_for_hash = types.MethodType(prep_args_for_hash, mode)
+    return mode

@@ -1,0 +1,71 @@
+"""Sim's fast FakeTensor cache key (bench/worker/sim/fastkey.py) is torch's key, value for value:
+on every op of real sim steps (tiny models, techniques that reach LoRA, QLoRA's 4-bit ops,
+checkpointing, activation offloading, 8-bit optimizers), the key built with it equals
+the key torch's own ``_prep_args_for_hash`` builds, and a bypass torch raises is raised too."""
+import pytest
+
+import bitsandbytes  # noqa: F401  (their constants real, as a sim run imports them first)
+import peft  # noqa: F401
+from torch._subclasses import fake_tensor as ft
+
+from bench import matrix
+from bench.worker.sim import fakestep, fastkey, simulate
+
+TECHNIQUES = ["lora+gc+bf16", "qlora+gc", "adamw8bit+gc+bf16", "gc+act-offload+bf16"]
+
+
+@pytest.fixture(scope="module")
+def cells(tmp_path_factory):
+    from tests.helpers import write_matrix
+    study = {"mode": "sim", "models": ["tiny-qwen2"], "gpus": ["h100-80gb"], "techniques": TECHNIQUES,
+             "batch_size": 2, "seq_len": 64}
+    return matrix.load(write_matrix(tmp_path_factory.mktemp("fastkey"), {"s": study}))
+
+
+def _outcome(fn, mode, args, state):
+    result = []
+    try:
+        fn(mode, result, args, state, [])
+    except ft._BypassDispatchCache as exc:
+        return "bypass", exc.reason
+    return "key", result
+
+
+@pytest.mark.parametrize("technique", TECHNIQUES)
+def test_fast_key_is_torchs_key(cells, monkeypatch, technique):
+    seen = {"args": 0, "tensors": 0}
+
+    def checked(mode: ft.FakeTensorMode) -> ft.FakeTensorMode:
+        def prep(self, result, args, state, ids):
+            fast = _outcome(fastkey.prep_args_for_hash, self, args, state)
+            del self._prep_args_for_hash  # torch's own, all the way down
+            try:
+                ours = _outcome(fastkey._ORIGINAL, self, args, state)
+            finally:
+                self._prep_args_for_hash = prep.__get__(self)
+            assert fast == ours, (args, fast, ours)
+            seen["args"] += 1
+            seen["tensors"] += sum(type(a) is ft.FakeTensor for a in (args if isinstance(args, (tuple, list)) else ()))
+            return fastkey.prep_args_for_hash(self, result, args, state, ids)
+        mode._prep_args_for_hash = prep.__get__(mode)
+        return mode
+
+    monkeypatch.setattr(fakestep.fastkey, "install", checked)
+    spec = cells[f"tiny-qwen2__sim__{technique}"]
+    out = simulate.run(spec)
+    assert out["peak_bytes"] > 0
+    assert seen["args"] > 500 and seen["tensors"] > 500, seen  # the check ran on the step's ops
+
+
+def test_compiled_steps_keep_torchs_key(cells, monkeypatch):
+    """A compiled step runs with torch's own key (fakestep.FakeRun: its record depends on the
+    allocations per op, bench/worker/memtrack.py ``pytree_outputs``)."""
+    installed = []
+    monkeypatch.setattr(fakestep.fastkey, "install", lambda mode: installed.append(mode) or mode)
+    spec = cells["tiny-qwen2__sim__lora+gc+bf16"]
+    compiled = dict(spec, knobs=dict(spec["knobs"], compile=True))
+    with fakestep.FakeRun(compiled, fakestep.sim_tracker()) as fake:
+        assert fake.tracker.pytree_outputs
+    with fakestep.FakeRun(spec, fakestep.sim_tracker()) as fake:
+        assert not fake.tracker.pytree_outputs
+    assert len(installed) == 1

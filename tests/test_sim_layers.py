@@ -1,0 +1,131 @@
+"""Sim's layer extension (bench/worker/sim/layers.py): a step simulated with 2, 3 and 4 layers
+and extended to L gives the record the full L-layer step gives, field for field, and its
+allocation trace event for event; where it cannot be shown exact it is not used."""
+import json
+
+import pytest
+
+import bitsandbytes  # noqa: F401  (their constants real, as a sim run imports them first)
+import peft  # noqa: F401
+
+from bench import identical, matrix
+from bench.worker.sim import layers, simulate
+
+SIX = ["lora+gc+bf16", "qlora+gc", "baseline", "gc+act-offload+bf16", "adamw8bit+gc+bf16", "opt-in-bwd+bf16"]
+
+
+@pytest.fixture(scope="module")
+def cells(tmp_path_factory):
+    """Cells of two real tiny architectures with 7 decoder layers (the extension adds 5)."""
+    from tests.helpers import MATRIX_DIR, write_matrix
+    folder = tmp_path_factory.mktemp("layers")
+    models = folder / "models"
+    models.mkdir()
+    for name in ("tiny-qwen2", "tiny-llama"):
+        raw = json.loads((MATRIX_DIR / "models" / f"{name}.json").read_text())
+        (models / f"seven-{name}.json").write_text(json.dumps(dict(raw, num_hidden_layers=7)))
+    study = {"mode": "sim", "models": ["seven-tiny-qwen2", "seven-tiny-llama"], "gpus": ["h100-80gb", "t4"],
+             "techniques": SIX, "batch_size": 2, "seq_len": 64}
+    return matrix.load(write_matrix(folder, {"s": study}, models_dir=str(models)))
+
+
+def _record(spec, m) -> dict:
+    out = simulate.finish(spec, m)
+    trace = out.pop("_trace")
+    return json.loads(json.dumps(out)), trace
+
+
+QUICK = {("seven-tiny-qwen2", "lora+gc+bf16"), ("seven-tiny-llama", "qlora+gc")}  # in the default run; the rest slow
+
+
+@pytest.mark.parametrize("model,technique", [
+    pytest.param(m, t, marks=() if (m, t) in QUICK else pytest.mark.slow)
+    for m in ("seven-tiny-qwen2", "seven-tiny-llama") for t in SIX])
+def test_extended_step_is_the_full_step(cells, model, technique):
+    spec = cells[f"{model}__sim__{technique}"]
+    ext = layers.extended(spec, min_layers=5)
+    assert ext is not None, "the extension did not verify (the worker log says why)"
+    extended, ext_trace = _record(spec, ext)
+    full, full_trace = _record(spec, simulate.measure(spec))
+    assert [str(d) for d in identical.compare(full, extended)] == []
+    assert ext_trace == full_trace
+    assert full["details"]["lora_modules" if "lora" in technique else "param_dtypes"]  # a real record
+
+
+def test_an_extension_that_does_not_verify_runs_the_full_step(cells, monkeypatch):
+    """A figure of the 3- and 5-layer steps off by one (not linear in the layers any more):
+    the extension refuses, from 2 layers and from 4, and ``simulate.run`` gives the full
+    step's record."""
+    spec = cells["seven-tiny-qwen2__sim__lora+gc+bf16"]
+    measured_part = layers.measured_part
+
+    def off_by_one(spec, cuda_model):
+        part = measured_part(spec, cuda_model)
+        if spec["model_config"].endswith(("layers3.json", "layers5.json")):  # k + 1 of both tries
+            part["out"]["details"]["pad_tokens"] += 1
+        return part
+    monkeypatch.setattr(layers, "measured_part", off_by_one)
+    monkeypatch.setattr(layers, "MIN_LAYERS", 5)
+    assert layers.eligible(spec) == ""
+    assert layers.extended(spec) is None
+    ran = json.loads(json.dumps({k: v for k, v in simulate.run(spec).items() if k != "_trace"}))
+    full, _ = _record(spec, simulate.measure(spec))
+    assert [str(d) for d in identical.compare(full, ran)] == []
+
+
+def test_ineligible_cells_run_the_full_step(cells, tmp_path):
+    spec = cells["seven-tiny-qwen2__sim__baseline"]
+    assert layers.eligible(spec, min_layers=5) == ""
+    assert "fewer than" in layers.eligible(spec)  # 7 layers: below MIN_LAYERS, three small steps cost more
+    assert "zero2" in layers.eligible(dict(spec, knobs=dict(spec["knobs"], dist="zero2")), min_layers=5)
+    assert "compile" in layers.eligible(dict(spec, knobs=dict(spec["knobs"], compile=True)), min_layers=5)
+    raw = json.loads(open(spec["model_config"]).read())
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps(dict(raw, use_sliding_window=True)))
+    assert "sliding" in layers.eligible(dict(spec, model_config=str(odd)), min_layers=5)
+    odd.write_text(json.dumps(dict(raw, model_type="mixtral")))
+    assert "model type" in layers.eligible(dict(spec, model_config=str(odd)), min_layers=5)
+
+
+def test_linear_refuses_what_is_not_linear():
+    assert layers.linear({"a": 10, "b": [1, "x"]}, {"a": 13, "b": [1, "x"]}, {"a": 16, "b": [1, "x"]}, 5, "r") \
+        == {"a": 25, "b": [1, "x"]}
+    with pytest.raises(layers.NotExact, match="not linear"):
+        layers.linear({"a": 10}, {"a": 13}, {"a": 17}, 5, "r")
+    with pytest.raises(layers.NotExact, match="differ"):
+        layers.linear({"a": 0.5}, {"a": 0.5}, {"a": 0.6}, 5, "r")
+    with pytest.raises(layers.NotExact, match="keys"):
+        layers.linear({"a": 1}, {"a": 1, "b": 2}, {"a": 1, "b": 2}, 5, "r")
+
+
+def _trace(events):
+    cols = {k: [] for k in layers.COLUMNS}
+    for ev in events:
+        for k, v in zip(layers.COLUMNS, ev):
+            cols[k].append(v)
+    return {"columns": cols, "categories": ["a", "b"]}
+
+
+def test_trace_pumping_on_a_layered_sequence():
+    """A toy trace of n layers (alloc per layer in forward, freed newest first in backward)
+    extends from 2 and 3 layers to 6, serials and all."""
+    def run(n):
+        events, serial, live = [], 0, []
+        for _ in range(n):  # forward: two storages a layer
+            for nbytes in (512, 1024):
+                serial += 2  # a zero-byte storage between: serials skip
+                events.append((1, serial, nbytes, 0, 1, 3, 1))
+                live.append(serial)
+        serial += 1
+        events.append((1, serial, 64, 0, 1, 4, 1))  # the loss
+        events.append((0, serial, 0, 0, 2, 0, 1))
+        while live:  # backward frees the newest layer's first
+            s = live.pop()
+            events.append((0, s, 0, 0, 2, 0, 1))
+        return _trace(events)
+    a, b, c, six = (layers.encode(run(n)) for n in (2, 3, 4, 6))
+    blocks = layers.insertions(a, b)
+    assert blocks is not None
+    assert layers.pump(a, blocks, 2) == c
+    assert layers.decode(layers.pump(a, blocks, 4), ["a", "b"]) == run(6)["columns"]
+    assert six == layers.pump(a, blocks, 4)
