@@ -8,7 +8,7 @@ technique, the simulated training step's verdict on the GPU (bench/verdicts.py),
 (the modelled reserved peak) against what the card offers, the largest sequence at batch 1 and
 the largest batch at the sequence length that fit (bench/fits.py), and the estimated speed
 where the record has a speed model. Without ``--techniques``: the techniques of the default
-matrix's 7-8B study, and the best recipes among them (those that fit, fastest first where a
+matrix's 7-8B study, and the best recipes among them (those that fit, most tokens/s first where a
 speed model exists, else those that go furthest).
 
 It shares all its code with the matrix path: the spec comes from bench.matrix (a one-study
@@ -248,10 +248,11 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         def key(ln):
             est = ((ln["record"].get("details") or {}).get("speed_model") or {}).get(gpu) or {}
             reach = (ln.get("fit") or {}).get("max_seq_at_batch1") or 0
-            return (est.get("step_s") if est.get("step_s") is not None else float("inf"), -int(reach or 0))
+            rate = est.get("tokens_per_s")  # as the report ranks: a step that trains fewer tokens is not faster
+            return (-rate if rate else float("inf"), -int(reach or 0))
         good.sort(key=key)
         out.append("")
-        out.append("best recipes (fit; fastest first where a speed model exists, else furthest reach):"
+        out.append("best recipes (fit; most tokens/s first where a speed model exists, else furthest reach):"
                    if good else "best recipes: none of these fits")
         for ln in good[:5]:
             row = ln.get("fit")
