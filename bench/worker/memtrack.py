@@ -105,11 +105,6 @@ class MemTracker(TorchDispatchMode):
         self.fusing = False                 # inside a fused kernel (``fused``): outputs are never stored
         self.in_registers: dict[int, int] = {}  # storage key -> negative serial: values no kernel wrote
         self._unstored = 0
-        # walk every op's outputs with pytree, as this tracker did before ``tensors_in``: a
-        # compiled step (sim's aot_eager graphs) frees storages held in reference cycles when
-        # Python's cyclic GC runs, which depends on how many objects the process allocates, so
-        # its records stay exact only with the same allocations per op (fakestep.FakeRun sets it)
-        self.pytree_outputs = False
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
@@ -311,11 +306,7 @@ class MemTracker(TorchDispatchMode):
         if op is None:
             op = self.ops[func] = len(self.ops)
         self._op = op
-        if self.pytree_outputs:  # see __init__
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor):
-                    self.track(t)
-        elif isinstance(out, torch.Tensor):  # most ops: one tensor, no pytree walk
+        if isinstance(out, torch.Tensor):  # most ops: one tensor, no pytree walk
             self.track(out)
         elif out is not None and not isinstance(out, _NO_TENSORS):
             for t in tensors_in(out):

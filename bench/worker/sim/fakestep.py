@@ -21,6 +21,12 @@ nothing is allocated. What it has to add, each for a stated reason:
   model instead: bitsandbytes' own ``quantize_4bit`` (its fake kernels give the packed uint8
   weight and quant state, bytes equal to a real load: tests/test_sim_bnb.py), wrapped in the
   real ``bnb.nn.Linear4bit`` modules whose forward and autograd run unchanged.
+- Python's cyclic garbage collector is off for the run (collected before it, enabled after):
+  compiled steps hold some storages in reference cycles, and when the collector frees them
+  depends on how many Python objects the process allocated before, not on the cell: the same
+  compiled cell gave other frees in a warm server's fork than in a fresh process, and moved
+  with the tracker's own allocations per op (1,064,960 B at ``qwen2.5-7b compile+bf16``'s
+  peak). With it off, a cell's record depends on the cell alone.
 - With ``cuda_model`` on: the CUDA allocator's rounding, CUDA's attention kernels and kernel
   workspaces (bench/worker/cuda_alloc.py, bench/worker/sim/cuda_kernels.py). Off, the step counts exactly what
   a real cpu run counts (tests/test_sim_fidelity.py).
@@ -36,6 +42,7 @@ nothing is allocated. What it has to add, each for a stated reason:
 from __future__ import annotations
 
 import contextlib
+import gc
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, unset_fake_temporarily
@@ -97,12 +104,11 @@ class FakeRun:
             import bitsandbytes  # noqa: F401
             import peft  # noqa: F401
         s = self._stack
-        mode = FakeTensorMode(allow_non_fake_inputs=True)
-        if self.knobs["compile"]:  # a compiled step's records depend on its allocations per op (memtrack
-            self.tracker.pytree_outputs = True  # ``pytree_outputs``): torch's own key and pytree walks, as before
-        else:
-            fastkey.install(mode)
-        self.mode = s.enter_context(mode)
+        if gc.isenabled():  # no cyclic GC inside the step (the module docstring says why)
+            gc.collect()
+            gc.disable()
+            s.callback(gc.enable)
+        self.mode = s.enter_context(fastkey.install(FakeTensorMode(allow_non_fake_inputs=True)))
         s.enter_context(swapped(torch.utils, "swap_tensors", self._swap_tensors))
         s.enter_context(swapped(masking_utils, "_ignore_causal_mask_sdpa", self._ignore_causal_mask_sdpa))
         if self.knobs["optimizer"] in BNB_OPTIMIZERS or self.knobs["adapter"] == "qlora":

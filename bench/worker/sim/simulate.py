@@ -121,10 +121,8 @@ def run(spec: dict, cuda_model: bool = True) -> dict:
     identical layers is simulated with fewer and extended where that is verified exact
     (bench/worker/sim/layers.py); anything else, and any extension that does not verify,
     runs the full step."""
-    m = None
-    if not spec["knobs"]["compile"]:  # nothing imported or run before a compiled step (memtrack ``pytree_outputs``)
-        from bench.worker.sim import layers
-        m = layers.extended(spec, cuda_model)
+    from bench.worker.sim import layers
+    m = layers.extended(spec, cuda_model)
     return finish(spec, m if m is not None else measure(spec, cuda_model))
 
 

@@ -72,10 +72,6 @@ class StepCost:
         self.tokens = None
         self.pending: dict = {}  # compile: serial -> (bytes, phase) of a fused chain's unwritten output
         self._facts: dict = {}  # op -> _op_facts(op), looked up once per op, not per call
-        if not self.compile:
-            # a compiled step keeps the class's after_op, allocations per op and all: its records
-            # depend on them (bench/worker/memtrack.py ``pytree_outputs``)
-            self.after_op = self._after_op_fast
 
     @contextlib.contextmanager
     def patched(self):
@@ -97,44 +93,7 @@ class StepCost:
             checkpoint._recomputation_hook = base
 
     def after_op(self, func, args, kwargs, out, flops: int) -> None:
-        if not self.counting:
-            return
-        name = str(getattr(func, "overloadpacket", func))
-        if getattr(func, "is_view", False) or name.startswith(("aten.empty", "aten.new_empty")):
-            return
-        ins = [t for t in tree_flatten((args, kwargs or {}))[0] if isinstance(t, torch.Tensor)]
-        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        if not func._schema.is_mutable and _aliases(ins, outs):
-            return  # metadata (prim.device) or a view its schema does not declare (_unsafe_view)
-        if any(self.tracker.is_host(t) for t in ins + outs if t.device.type != "meta"):
-            self.pcie += sum(_nbytes(t) for t in outs)  # one copy: what lands on the other side
-            return
-        part = "recompute" if self.recomputing else "step"
-        if self.compile:
-            nbytes = self._fused_bytes(func, name, ins, outs, part)
-        else:
-            nbytes = sum(_nbytes(t) for t in outs) + sum(_nbytes(t) for t in ins)
-        if name == "bitsandbytes.gemm_4bit":
-            dequant, weight = _gemm_4bit_dequant(args, outs)
-            self.nf4 += dequant
-            nbytes += weight - sum(_nbytes(t) for t in ins[1:])  # the GEMM reads the 16-bit weight
-        elif name == "bitsandbytes.dequantize_4bit":
-            self.nf4 += nbytes
-            part = "nf4_dequant"
-        self.bytes_moved += nbytes
-        if flops:
-            dtype = _dtype(outs or ins)
-            self.flops_by_dtype[dtype] = self.flops_by_dtype.get(dtype, 0) + flops
-            key = (name, dtype, flops, nbytes, part)
-            self.ops[key] = self.ops.get(key, 0) + 1
-            if part == "recompute":
-                self.recompute_flops += flops
-        else:
-            self.memory[part] = self.memory.get(part, 0) + nbytes
-
-    def _after_op_fast(self, func, args, kwargs, out, flops: int) -> None:
-        """``after_op`` for a step that is not compiled: the same counts, with the per-op facts
-        looked up once and the outputs and inputs walked without pytree."""
+        """Count one op: its per-op facts looked up once, its outputs and inputs walked without pytree."""
         if not self.counting:
             return
         facts = self._facts.get(func)
