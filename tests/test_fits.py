@@ -155,7 +155,8 @@ def test_search_answers_equal_every_grid_point_simulated(tmp_path):
 
 @pytest.mark.slow
 def test_warm_worker_record_is_the_fresh_process_record():
-    for tech in ("lora+gc+bf16", "qlora+gc"):
+    # compile+bf16: a compiled step, whose frees once followed the cyclic collector's timing
+    for tech in ("lora+gc+bf16", "qlora+gc", "compile+bf16"):
         spec = dict(matrix.load()[f"qwen2.5-7b__sim__{tech}"])
         spec["model_config"] = str(matrix.DEFAULT_MATRIX.parent / "models" / "tiny-llama.json")
         fresh = launch.run_cell(spec)
