@@ -108,6 +108,8 @@ class FakeRun:
             gc.collect()
             gc.disable()
             s.callback(gc.enable)
+        if self.knobs.get("compile"):  # dynamo's cache would hand this run graphs compiled for another
+            torch._dynamo.reset()      # run's backend, which marks fused values in that run's tracker
         self.mode = s.enter_context(fastkey.install(FakeTensorMode(allow_non_fake_inputs=True)))
         s.enter_context(swapped(torch.utils, "swap_tensors", self._swap_tensors))
         s.enter_context(swapped(masking_utils, "_ignore_causal_mask_sdpa", self._ignore_causal_mask_sdpa))
