@@ -272,8 +272,10 @@ def _none_rows(spec: dict, gpus: dict, shapes: Shapes, t0: float) -> dict:
 
 def _budget(shapes: Shapes, name: str) -> None:
     """Full simulations instead of interpolation, at most EXACT_BUDGET more for this axis."""
-    sim = shapes.__dict__.setdefault("uncounted_trace", shapes.trace)  # each axis its own budget
     start = len(shapes.simulated)
+
+    def sim(batch, seq):  # the class's own trace, not an earlier axis's counted one: each axis its own budget
+        return Shapes.trace(shapes, batch, seq)
 
     def counted(batch, seq):
         if (batch, seq) not in shapes.traces and len(shapes.simulated) - start >= EXACT_BUDGET:
