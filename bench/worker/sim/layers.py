@@ -91,11 +91,13 @@ def _layer_types(path: str) -> set:
     return set(getattr(config, "layer_types", None) or ["(none)"])
 
 
-def extended(spec: dict, cuda_model: bool = True, min_layers: int | None = None):
+def extended(spec: dict, cuda_model: bool = True, min_layers: int | None = None, meanwhile=None):
     """The L-layer step's ``simulate.Measured``, built from three small simulations and
     verified; None when the cell is not eligible or the extension does not verify. From 2
     layers first; where that does not verify (a peak that is still moving between 2 and 4
-    layers, most often), once more from ``RETRY_BASE``."""
+    layers, most often), once more from ``RETRY_BASE``. ``meanwhile``, if given, is called
+    once in this process while the first three small simulations run (their forks already
+    started: nothing it does reaches them)."""
     why = eligible(spec, min_layers)
     if why:
         say(f"layers: full step ({why})")
@@ -104,7 +106,8 @@ def extended(spec: dict, cuda_model: bool = True, min_layers: int | None = None)
     for base in (BASE, RETRY_BASE):
         if base + 2 >= layers:
             break
-        m, why = _from(spec, base, layers, cuda_model)
+        m, why = _from(spec, base, layers, cuda_model, meanwhile)
+        meanwhile = None
         if m is not None:
             say(f"layers: {layers} layers extended from {base}, {base + 1} (verified exact at {base + 2})")
             return m
@@ -115,7 +118,7 @@ def extended(spec: dict, cuda_model: bool = True, min_layers: int | None = None)
     return None
 
 
-def _from(spec: dict, base: int, layers: int, cuda_model: bool):
+def _from(spec: dict, base: int, layers: int, cuda_model: bool, meanwhile=None):
     """(Measured, '') of the L-layer step from ``base``, ``base`` + 1 and ``base`` + 2 layers, or
     (None, why not)."""
     counts = (base, base + 1, base + 2)
@@ -126,7 +129,7 @@ def _from(spec: dict, base: int, layers: int, cuda_model: bool):
             return None, f"layer types {kinds}"
         say(f"layers: simulating {', '.join(map(str, counts))} of {layers} layers")
         parts = _in_forks([(dict(spec, model_config=paths[n]), Path(tmp, f"part{n}.pickle")) for n in counts],
-                          cuda_model)
+                          cuda_model, meanwhile)
         if any(p is None for p in parts):
             return None, "a small simulation failed"
     try:
@@ -135,35 +138,38 @@ def _from(spec: dict, base: int, layers: int, cuda_model: bool):
         return None, f"extension not exact: {exc}"
 
 
-def _in_forks(jobs: list, cuda_model: bool) -> list:
+def _in_forks(jobs: list, cuda_model: bool, meanwhile=None) -> list:
     """``measured_part`` of each (spec, path) in ``jobs``, each simulated in its own fork of
-    this process (the state a fresh run of the cell starts from), up to one per core at a time;
-    None for any that failed (the log has why)."""
+    this process (the state a fresh run of the cell starts from), all at once (three steps of
+    2, 3 and 4 layers share two cores sooner than two then one: the longest no longer waits for
+    a core), then ``meanwhile()`` here; None for any that failed (the log has why)."""
     import sys
     running, parts = {}, [None] * len(jobs)
-    for index, (spec, path) in enumerate(jobs):
-        if len(running) >= max(1, os.cpu_count() or 1):
+    try:
+        for index, (spec, path) in enumerate(jobs):
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    lifeline.die_with_parent()  # a cell killed at its limit takes these with it
+                    part = measured_part(spec, cuda_model)
+                    with open(path, "wb") as fh:
+                        pickle.dump(part, fh)
+                    code = 0
+                except BaseException:  # noqa: BLE001 - any failure: the parent runs the full step
+                    traceback.print_exc()
+                finally:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(code)
+            running[pid] = (index, path)
+        if meanwhile is not None:
+            meanwhile()
+    finally:
+        while running:
             _reap(running, parts)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                lifeline.die_with_parent()  # a cell killed at its limit takes these with it
-                part = measured_part(spec, cuda_model)
-                with open(path, "wb") as fh:
-                    pickle.dump(part, fh)
-                code = 0
-            except BaseException:  # noqa: BLE001 - any failure: the parent runs the full step
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
-        running[pid] = (index, path)
-    while running:
-        _reap(running, parts)
     return parts
 
 

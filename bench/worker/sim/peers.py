@@ -48,7 +48,9 @@ def counts(model_config: str) -> dict:
             "head": 0 if head is None or tied else head.weight.numel()}
 
 
-def deepspeed_rows(c: dict, n: int, ours: dict) -> list[dict]:
+def deepspeed_figures(c: dict, n: int) -> dict:
+    """DeepSpeed's ZeRO-2 and ZeRO-3 per-GPU model-state bytes for the counts ``c`` on ``n`` GPUs,
+    each checked against the figure its ``*_all_cold`` estimator prints."""
     from deepspeed.runtime.zero.stage3 import (estimate_zero3_model_states_mem_needs,
                                                estimate_zero3_model_states_mem_needs_all_cold)
     from deepspeed.runtime.zero.stage_1_and_2 import (estimate_zero2_model_states_mem_needs,
@@ -63,6 +65,12 @@ def deepspeed_rows(c: dict, n: int, ours: dict) -> list[dict]:
     for est, printed in ((z2, printed2), (z3, printed3)):
         if printed is None or abs(est / GiB - printed) > 0.006:
             raise RuntimeError(f"DeepSpeed printed {printed} GB, its function gave {est / GiB:.3f} GiB")
+    return {"z2": z2, "z3": z3, "printed2": printed2, "printed3": printed3}
+
+
+def deepspeed_rows(c: dict, n: int, ours: dict, figures: dict) -> list[dict]:
+    total, largest = c["total"], c["largest_layer"]
+    z2, z3, printed2, printed3 = figures["z2"], figures["z3"], figures["printed2"], figures["printed3"]
     mixed = (f"DeepSpeed assumes 16-bit weights with fp32 master weights, fp32 gradient copies and "
              f"fp32 Adam moments: 2 B/param on every GPU plus 18 B/param / {n} GPU(s)")
     return [
@@ -87,7 +95,8 @@ def _printed_gpu_gib(fn, args, n: int, options: str):
     return None
 
 
-def accelerate_rows(spec: dict, c: dict, ours: dict) -> list[dict]:
+def accelerate_data(spec: dict) -> list:
+    """accelerate's ``gather_data`` rows for the cell's architecture (float32 and float16), offline."""
     import accelerate.commands.estimate as est
     raw = {k: v for k, v in json.loads(Path(spec["model_config"]).read_text()).items() if not k.startswith("_")}
     with tempfile.TemporaryDirectory() as tmp:
@@ -101,6 +110,10 @@ def accelerate_rows(spec: dict, c: dict, ours: dict) -> list[dict]:
                     trust_remote_code=False))
         finally:
             est.verify_on_hub = saved
+    return [list(row) for row in data]
+
+
+def accelerate_rows(c: dict, ours: dict, data: list) -> list[dict]:
     rows = []
     for dtype, _largest, size, training in data:
         adam = max(training.values())
@@ -133,6 +146,15 @@ def ours_summary(spec: dict, states: dict, peak_breakdown: dict, peak_phase: str
     return {"model_states": ms, "explain": explain}
 
 
-def compare(spec: dict, ours: dict) -> list[dict]:
+def gather(spec: dict) -> dict:
+    """What the peers say of the cell's architecture, before any comparison with ours: it reads
+    the model config and world size only, so it may run while the step is simulated
+    (bench/worker/sim/simulate.py ``run``)."""
     c = counts(spec["model_config"])
-    return deepspeed_rows(c, spec["world_size"], ours) + accelerate_rows(spec, c, ours)
+    return {"counts": c, "deepspeed": deepspeed_figures(c, spec["world_size"]), "accelerate": accelerate_data(spec)}
+
+
+def compare(spec: dict, ours: dict, gathered: dict | None = None) -> list[dict]:
+    g = gathered or gather(spec)
+    c = g["counts"]
+    return deepspeed_rows(c, spec["world_size"], ours, g["deepspeed"]) + accelerate_rows(c, ours, g["accelerate"])

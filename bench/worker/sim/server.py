@@ -24,14 +24,37 @@ import sys
 
 
 def _warm() -> None:
-    """Import what a sim cell imports (bench/worker/main.py, simulate.py and what they load)."""
+    """Import what a sim cell imports (bench/worker/main.py, simulate.py and what they load),
+    fill the library caches every cell fills the same way, then freeze what exists so that no
+    child's collection walks it.
+
+    - DeepSpeed and accelerate's estimator: the peers (bench/worker/sim/peers.py), ~0.4 s a cell.
+    - transformers' checkpoint conversion table: peft's ``inject_adapter`` builds it on first use
+      (~860 regular expressions compiled, ~0.15 s a LoRA step) and keeps it in a module global;
+      it names no model, so every cell's table is the same.
+    - ``gc.freeze()``: sim collects before its step (bench/worker/sim/fakestep.FakeRun); in a
+      fork of this process that walked the ~450k objects of the imports each time (~0.25 s a
+      step, three or four steps a cell). Frozen, they are never collected: import-time objects,
+      none of them a tensor of any cell.
+
+    None of this touches what a step allocates: a child's record stays the record of the cell
+    run alone in a fresh process (tests/test_simpool.py, bench.reproduce)."""
+    import gc
+
+    import accelerate.commands.estimate  # noqa: F401
     import bitsandbytes  # noqa: F401
+    import deepspeed.runtime.zero.stage3  # noqa: F401
+    import deepspeed.runtime.zero.stage_1_and_2  # noqa: F401
     import peft  # noqa: F401
     import torch  # noqa: F401
     import transformers  # noqa: F401
+    from transformers import conversion_mapping
 
     from bench.worker import main  # noqa: F401
     from bench.worker.sim import simulate  # noqa: F401
+    conversion_mapping.get_checkpoint_conversion_mapping("llama")
+    gc.collect()
+    gc.freeze()
 
 
 def _child(req: dict) -> int:

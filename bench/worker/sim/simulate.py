@@ -122,13 +122,15 @@ def run(spec: dict, cuda_model: bool = True) -> dict:
     (bench/worker/sim/layers.py); anything else, and any extension that does not verify,
     runs the full step."""
     from bench.worker.sim import layers
-    m = layers.extended(spec, cuda_model)
-    return finish(spec, m if m is not None else measure(spec, cuda_model))
+    gathered: dict = {}
+    # the peers read the config only: they run here while the small steps run in their forks
+    m = layers.extended(spec, cuda_model, meanwhile=lambda: gathered.update(peers.gather(spec)))
+    return finish(spec, m if m is not None else measure(spec, cuda_model), gathered or None)
 
 
-def finish(spec: dict, m: Measured) -> dict:
+def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
     """The record fields from the measured step: partitioning, the allocator replay, verdicts,
-    peers, step cost and speed model."""
+    peers (``peers.gather``'s figures where they were gathered already), step cost and speed model."""
     out, tracker, phases = m.out, m.tracker, m.phases
     states_phase = states_phase_of(phases)
     states = phases[states_phase]
@@ -167,7 +169,7 @@ def finish(spec: dict, m: Measured) -> dict:
     ours = peers.ours_summary(spec, states, out["breakdown_bytes"], peak_phase, out["params_total"],
                               out["params_trainable"])
     details["model_state_bytes"] = ours["model_states"]
-    details["peers"] = peers.compare(spec, ours)
+    details["peers"] = peers.compare(spec, ours, gathered_peers)
     if m.paged:
         details["paged_state_bytes"] = m.paged
     if spec.get("published"):
