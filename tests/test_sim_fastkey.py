@@ -1,7 +1,9 @@
-"""Sim's fast FakeTensor cache key (bench/worker/sim/fastkey.py) is torch's key, value for value:
-on every op of real sim steps (tiny models, techniques that reach LoRA, QLoRA's 4-bit ops,
-checkpointing, activation offloading, 8-bit optimizers), the key built with it equals
-the key torch's own ``_prep_args_for_hash`` builds, and a bypass torch raises is raised too."""
+"""Sim's fast FakeTensor cache (bench/worker/sim/fastkey.py) is torch's, value for value: on
+every op of real sim steps (tiny models, techniques that reach LoRA, QLoRA's 4-bit ops,
+checkpointing, activation offloading, 8-bit optimizers), the key built with it equals the key
+torch's own ``_prep_args_for_hash`` builds, and a bypass torch raises is raised too; and every
+output it builds from a cache entry passes torch's own cross-check against the op dispatched
+afresh (``FakeTensorMode.cache_crosscheck_enabled``)."""
 import pytest
 
 import bitsandbytes  # noqa: F401  (their constants real, as a sim run imports them first)
@@ -55,6 +57,44 @@ def test_fast_key_is_torchs_key(cells, monkeypatch, technique):
     out = simulate.run(spec)
     assert out["peak_bytes"] > 0
     assert seen["args"] > 500 and seen["tensors"] > 500, seen  # the check ran on the step's ops
+
+
+def _facts(t: ft.FakeTensor) -> tuple:
+    import torch
+    return (type(t), t.shape, t.stride(), t.storage_offset(), t.dtype, t.layout, t.fake_device, t.device,
+            t.requires_grad, t.is_conj(), t.is_neg(), t.fake_mode, t.constant, t.untyped_storage().nbytes(),
+            t.untyped_storage()._cdata if t._base is not None or t.storage_offset() else None,
+            torch._C._dispatch_key_set(t))
+
+
+@pytest.mark.parametrize("technique", TECHNIQUES)
+def test_fast_cache_outputs_pass_torchs_crosscheck(cells, monkeypatch, technique):
+    """torch's cross-check dispatches each cache hit afresh, with the cache off, and compares
+    the two outputs' metadata (sizes, strides, storage offset, dtype, device, requires_grad,
+    conj/neg, aliasing); it raises on any difference. Cache misses go through the same code:
+    torch builds a new entry's output once from the entry and compares it with the dispatched one."""
+    seen = {"fast": 0}
+    install = fastkey.install
+
+    def checked(mode: ft.FakeTensorMode) -> ft.FakeTensorMode:
+        install(mode)
+        mode.cache_crosscheck_enabled = True
+
+        def output(self, state, entry, key, func, args):
+            fast = fastkey.output_from_cache_entry(self, state, entry, key, func, args)
+            if isinstance(fast, ft.FakeTensor):  # and torch's own, from the same entry
+                torchs = fastkey._ORIGINAL_OUTPUT(self, state, entry, key, func, args)
+                assert _facts(fast) == _facts(torchs), (func, _facts(fast), _facts(torchs))
+                seen["fast"] += 1
+            return fast
+        mode._get_output_tensor_from_cache_entry = output.__get__(mode)
+        return mode
+
+    monkeypatch.setattr(fakestep.fastkey, "install", checked)
+    hits = ft.FakeTensorMode.cache_hits
+    out = simulate.run(cells[f"tiny-qwen2__sim__{technique}"])
+    assert out["peak_bytes"] > 0
+    assert ft.FakeTensorMode.cache_hits - hits > 300 and seen["fast"] > 300, seen  # cross-checked hits
 
 
 def test_a_sim_step_runs_without_the_cyclic_collector(cells):
