@@ -38,8 +38,9 @@ def load(path) -> dict:
 
 
 def dump(trace: dict, path) -> None:
-    with gzip.open(path, "wt", compresslevel=6) as fh:
-        json.dump(trace, fh, separators=(",", ":"))
+    # one string, one write: json.dump into the gzip stream writes token by token (~0.1 s a 7B trace)
+    with gzip.open(path, "wb", compresslevel=6) as fh:
+        fh.write(json.dumps(trace, separators=(",", ":")).encode())
 
 
 def replay(trace: dict, conf: str | None = None, capacity: int | None = None, snapshot: bool = False,
