@@ -64,7 +64,20 @@ def _facts(t: ft.FakeTensor) -> tuple:
     return (type(t), t.shape, t.stride(), t.storage_offset(), t.dtype, t.layout, t.fake_device, t.device,
             t.requires_grad, t.is_conj(), t.is_neg(), t.fake_mode, t.constant, t.untyped_storage().nbytes(),
             t.untyped_storage()._cdata if t._base is not None or t.storage_offset() else None,
-            torch._C._dispatch_key_set(t))
+            torch._C._dispatch_key_set(t), list(t.__dict__.items()), _data_pointer(t))
+
+
+def _data_pointer(t) -> str:
+    """What asking for the data pointer does: FakeTensors raise, or (once) warn where the mode
+    allows it."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            t.data_ptr()
+        except RuntimeError as exc:
+            return f"raises {str(exc)[:60]}"
+    return "returns"
 
 
 @pytest.mark.parametrize("technique", TECHNIQUES)
