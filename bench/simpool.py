@@ -6,7 +6,8 @@
 
 The server imports torch and the libraries once; each cell then runs in its own fork of it
 (a fresh process holding only the imports), so a record is the record of the cell run alone
-(tests/test_simpool.py holds the two to the byte, outside bench/identical.py's exclusions).
+(tests/test_fits.py ``test_warm_worker_record_is_the_fresh_process_record`` holds the two to the
+byte, outside bench/identical.py's exclusions).
 What it saves is the ~5 s of imports per cell: what the fits search (bench/fits.py), which
 simulates one model x technique at several shapes, and the ``ft-membench`` command pay once.
 

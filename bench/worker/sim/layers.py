@@ -6,7 +6,7 @@ A sim step's cost grows with the layer count (a 28-layer 7B step: ~0.3 s a layer
 while what the layers add is the same each time: their parameters, their activations, their
 ops. So the step is simulated three times in fresh forks of this process (the state a full
 run starts from), with the model config's ``num_hidden_layers`` set to k = 2, k + 1 and k + 2,
-and the L-layer step is built from the first two (the three run side by side, one per core):
+and the L-layer step is built from the first two (the three run at once, in forks sharing the cores):
 
 - the allocation trace: each trace is written as events that name no serial (an allocation:
   its serial's distance from the last new serial, bytes, step, phase, op, category; a free:

@@ -9,7 +9,8 @@ child that runs exactly what ``python -m bench.worker SPEC.json RECORD.json`` ru
 (``bench.worker.main.main``), with stdout and stderr to LOG. The parent never runs a step, so
 every child starts from the same state: the imports, nothing else (no model, no fake-tensor
 cache entries, no tracker). A child's record is the record of that cell run alone in a fresh
-process, to the byte outside the fields bench/identical.py excludes (tests/test_simpool.py).
+process, to the byte outside the fields bench/identical.py excludes (tests/test_fits.py
+``test_warm_worker_record_is_the_fresh_process_record``).
 
 Replies, one JSON line each on stdout: ``{"ready": pid}`` once imported, then per request
 ``{"pid": child}`` when it starts and ``{"exit": code}`` when it ends (a negative code: killed
@@ -38,7 +39,7 @@ def _warm() -> None:
       none of them a tensor of any cell.
 
     None of this touches what a step allocates: a child's record stays the record of the cell
-    run alone in a fresh process (tests/test_simpool.py, bench.reproduce)."""
+    run alone in a fresh process (tests/test_fits.py, bench.reproduce)."""
     import gc
 
     import accelerate.commands.estimate  # noqa: F401
