@@ -33,8 +33,7 @@ def _warm() -> None:
       record-building tail went from 0.56 s to 0.28 s with them imported here.
     - transformers' checkpoint conversion table: peft's ``inject_adapter`` builds it on first use
       (~860 regular expressions compiled: 0.23 s of a 2-layer LoRA step under cProfile) and keeps
-      it in a module global;
-      it names no model, so every cell's table is the same.
+      it in a module global; it names no model, so every cell's table is the same.
     - ``gc.freeze()``: sim collects before its step (bench/worker/sim/fakestep.FakeRun); in a
       fork of this process that walked the ~450k objects of the imports each time (~0.25 s a
       step, three or four steps a cell). Frozen, they are never collected: import-time objects,
