@@ -209,10 +209,15 @@ def real(fn):
 
 
 def qlora_base(spec: dict, config, device) -> torch.nn.Module:
-    """bench.worker.models.load_qlora_base without a checkpoint: the random-init model with every Linear
-    but the output head replaced by bitsandbytes NF4 ``Linear4bit`` (double quantization,
-    bf16 compute), quantized by bitsandbytes itself, then the same finish as a real load
-    (``models.finish_kbit``: bf16 or peft's fp32 preparation of the other weights)."""
+    """bench.worker.models.load_qlora_base without a checkpoint, loaded as transformers loads it
+    (``load_order``): the model is built on the meta device, every Linear but the output head
+    replaced by bitsandbytes NF4 ``Linear4bit`` (double quantization, bf16 compute); then each
+    weight arrives on the device one tensor at a time, in the checkpoint's sorted key order and
+    the load dtype, and a 4-bit weight is quantized by bitsandbytes itself on arrival (its fake
+    kernels give the packed uint8 weight and quant state, bytes equal to a real load:
+    tests/test_sim_bnb.py) and its 16-bit copy freed at once. The 16-bit model is never on the
+    device; what the allocator holds when the step starts is what such a load leaves. Then the
+    same finish as a real load (``models.finish_kbit``)."""
     import bitsandbytes as bnb
     import transformers
     from transformers.integrations.bitsandbytes import replace_with_bnb_linear
@@ -224,23 +229,44 @@ def qlora_base(spec: dict, config, device) -> torch.nn.Module:
     knobs = spec["knobs"]
     extras = "bf16" if knobs["precision"] == "bf16" else knobs["kbit_extras"]
     # the dtype the real load reads the checkpoint in: the quant state keeps it (dequantization's output)
-    model = models.random_init(config, {**knobs, "precision": extras}, device)
-    linears = {name: m for name, m in model.named_modules() if type(m) is torch.nn.Linear}
-    with unset_fake_temporarily():  # the new modules start on the meta device, as in transformers
+    with unset_fake_temporarily():  # shapes only, as transformers builds the model before loading
+        model = models.random_init(config, {**knobs, "precision": extras}, "meta")
         replace_with_bnb_linear(model, modules_to_not_convert=get_keys_to_not_convert(model),
                                 quantization_config=qconfig)
-    for name, module in model.named_modules():
-        if isinstance(module, bnb.nn.Linear4bit):
-            meta, old = module.weight, linears[name]
+    for name, module, key, meta in load_order(model):
+        arrived = torch.empty(meta.shape, dtype=meta.dtype, device=device)  # its copy to the device
+        if isinstance(module, bnb.nn.Linear4bit) and key == "weight":
+            w = module.weight
             packed, state = bnb.functional.quantize_4bit(
-                old.weight.data, blocksize=meta.blocksize, compress_statistics=meta.compress_statistics,
-                quant_type=meta.quant_type, quant_storage=meta.quant_storage)
+                arrived, blocksize=w.blocksize, compress_statistics=w.compress_statistics,
+                quant_type=w.quant_type, quant_storage=w.quant_storage)
+            del arrived  # the 16-bit copy is freed as soon as it is quantized
             module.weight = torch.nn.Parameter(packed, requires_grad=False)
-            for key, value in vars(meta).items():  # Params4bit's attributes, which peft reads
-                setattr(module.weight, key, value)
+            for attr, value in vars(w).items():  # Params4bit's attributes, which peft reads
+                setattr(module.weight, attr, value)
             module.weight.quant_state, module.weight.module = state, module
-            module.bias = old.bias
-            if module.bias is not None:
-                module.bias.requires_grad_(False)
+        elif key in module._parameters:
+            module._parameters[key] = torch.nn.Parameter(arrived, requires_grad=False)
+        else:
+            module._buffers[key] = arrived
+    model.tie_weights()
     model.is_loaded_in_4bit = True  # what transformers' bnb quantizer sets after loading
     return models.finish_kbit(model, {**knobs, "kbit_extras": extras})
+
+
+def load_order(model) -> list:
+    """(name, module, key, meta tensor) of every weight and buffer, in the order
+    transformers' loader materializes them: the checkpoint's keys sorted by its own
+    ``dot_natural_key`` (transformers.core_model_loading), tied weights once, and buffers the
+    checkpoint does not hold (rotary tables) at the end, as the model's init leaves them."""
+    from transformers.core_model_loading import dot_natural_key
+
+    entries = []
+    for full, p in model.named_parameters():
+        mod, _, key = full.rpartition(".")
+        entries.append((full, model.get_submodule(mod), key, p))
+    entries.sort(key=lambda e: dot_natural_key(e[0]))
+    for full, b in model.named_buffers():
+        mod, _, key = full.rpartition(".")
+        entries.append((full, model.get_submodule(mod), key, b))
+    return entries
