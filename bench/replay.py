@@ -28,6 +28,11 @@ import sys
 
 from bench.allocator import SOURCE, Allocator, OutOfMemory
 
+# the op name of allocations made in CUDA unified memory (bitsandbytes' paged optimizer states,
+# cudaMallocManaged): outside the caching allocator, paged to host memory by the driver under
+# pressure; the replay counts them apart (``unified_peak_bytes``), never as allocator blocks
+UNIFIED_OP = "bitsandbytes.get_paged (cudaMallocManaged)"
+
 TIMELINE_POINTS = 400
 SNAPSHOT_MAX_ENTRIES = 200_000  # trace entries kept in an exported snapshot: the latest, as torch's ring buffer
 
@@ -65,10 +70,23 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
     stride = max(1, -(-n // points))
     tl, bucket_max, bucket_alloc, bucket_cats = [], 0, -1, [0] * ncat
     oom = None
+    unified_op = trace["ops"].index(UNIFIED_OP) if UNIFIED_OP in trace["ops"] else -1
+    ops = col["op"]
+    unified: dict = {}
+    unified_live = unified_peak = 0
     # peaks move only on allocations (a free never changes reserved memory); plain ifs, not
     # max(): a call per event is a third of the replay's time
+    load_res = load_alloc = 0
+    load_end = None
     for i in range(n):
-        if kind[i]:
+        if i == reset_at:
+            load_end = (a.reserved, a.allocated)
+        if kind[i] and ops[i] == unified_op:
+            unified[serial[i]] = nbytes[i]
+            unified_live += nbytes[i]
+            if unified_live > unified_peak:  # noqa: PLR1730
+                unified_peak = unified_live
+        elif kind[i]:
             mark = len(log) if log is not None else 0
             try:
                 b = a.malloc(nbytes[i])
@@ -89,11 +107,18 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
                     step_res[s] = res
                 if alloc > step_alloc[s]:  # noqa: PLR1730
                     step_alloc[s] = alloc
-            if i >= reset_at:
+            if i < reset_at:  # the load: the model's build, before the training peak starts
+                if res > load_res:  # noqa: PLR1730
+                    load_res = res
+                if alloc > load_alloc:  # noqa: PLR1730
+                    load_alloc = alloc
+            else:
                 if res > peak:
                     peak, alloc_at_peak, peak_event = res, alloc, i
                 if alloc > peak_alloc:
                     peak_alloc, res_at_alloc_peak = alloc, res
+        elif serial[i] in unified:
+            unified_live -= unified.pop(serial[i])
         else:
             b = blocks.pop(serial[i], None)
             if b is not None:
@@ -118,6 +143,11 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
         "timeline": {"columns": ["event", "step", "reserved", "reserved_max", "allocated", "allocated_max",
                                  *trace["categories"]], "rows": tl},
         "oom": oom,
+        "unified_peak_bytes": unified_peak,
+        # the load phase (events before ``reset_at``) and the allocator's state the step starts from
+        "load_reserved_peak_bytes": load_res, "load_allocated_peak_bytes": load_alloc,
+        "load_end_reserved_bytes": (load_end or (a.reserved, a.allocated))[0],
+        "load_end_allocated_bytes": (load_end or (a.reserved, a.allocated))[1],
     }
     if snapshot:
         out["snapshot"] = {"segments": a.segments_snapshot(blocks.values()),

@@ -19,7 +19,10 @@ per GPU. The rule (``HOW``):
   DeepSpeed's overlap_comm or FSDP's prefetch hides part of it; ZeRO-offload's host traffic
   takes bytes / PCIe, not overlapped; the optimizer step on the host CPU is not modelled;
 - activation offloading's copies run on a side stream (torchtune's OffloadActivations): only
-  the PCIe time beyond the device time shows.
+  the PCIe time beyond the device time shows;
+- paged optimizer state that does not stay resident (bench/verdicts.py ``paging``) is paged in
+  and out once per step, as the optimizer touches every state: 2 x paged-out bytes / PCIe,
+  not overlapped (part ``paging``).
 
 ``tokens_per_s`` is per GPU: one rank's tokens per step (non-padding) over the step time.
 Calibration: ``EFFICIENCY`` holds each class's factor and where it came from;
@@ -40,15 +43,22 @@ EFFICIENCY = {
     "ampere-datacenter": (0.7878, "fitted on pytorch/torchtune README's Llama-3.2-3B table (A100, batch 2 x "
                                   "4096 packed): the 8 matched rows, the full fine-tunes from packed to + 8-bit "
                                   "AdamW and LoRA (tests/test_speed_calibration.py; each within 10%)"),
+    # above 1: at the listed bf16 peak (165.2 TFLOPS, FP32 accumulate) the 4090 would need longer than
+    # torchtune measured, so its GEMMs sustain about that peak over the whole step, or the listed peak
+    # understates what cuBLAS reaches on AD102; the A100 factor left the LoRA row at -29%
+    "ada": (1.0679, "fitted on pytorch/torchtune README's Llama-3.1-8B table (RTX 4090, batch 2 x 2048 "
+                    "packed, compiled): the full fine-tune (its paging time subtracted, not scaled) and LoRA "
+                    "rows (tests/test_published_answers.py)"),
 }
 HOW = ("modelled: per op max(FLOPs / dtype peak, bytes / memory bandwidth) for ops with FLOPs "
        "(bf16/fp16 at tensor-core peak, fp32 at the non-tensor-core peak), bytes / bandwidth for "
        "the others and for NF4 dequantization; recomputation timed the same; device terms summed "
        "and divided by the GPU class's efficiency factor; ZeRO/FSDP collectives / NVLink (else "
        "PCIe) and ZeRO-offload host traffic / PCIe, at nominal link peaks, added, not overlapped; "
-       "activation offloading's PCIe time only beyond the device time (side stream)")
+       "activation offloading's PCIe time only beyond the device time (side stream); paged optimizer "
+       "state beyond the device's room paged in and out each step: 2 x paged-out bytes / PCIe")
 PARTS = ("compute", "memory", "recompute", "nf4_dequant", "communication", "offload_pcie",
-         "activation_offload")
+         "activation_offload", "paging")
 
 
 def peak_field(profile: dict, dtype: str) -> str | None:
@@ -98,10 +108,11 @@ def device_seconds(step_cost: dict, profile: dict) -> tuple[dict, str | None]:
     return parts, None
 
 
-def estimate(step_cost: dict | None, profile: dict, knobs: dict | None = None) -> dict:
+def estimate(step_cost: dict | None, profile: dict, knobs: dict | None = None, paged_out_bytes: int = 0) -> dict:
     """The modelled step on ``profile``: step_s, tokens_per_s (per GPU), parts (seconds per
     term, summing to step_s), efficiency, calibration, how; step_s None and ``why`` where a
-    needed figure is missing. ``knobs`` (the cell's) may only confirm what step_cost says."""
+    needed figure is missing. ``knobs`` (the cell's) may only confirm what step_cost says.
+    ``paged_out_bytes``: paged optimizer state the GPU cannot keep resident (verdicts.paging)."""
     if not step_cost:
         return _missing("no step_cost in the record")
     if profile.get("kind") != "cuda":
@@ -119,11 +130,12 @@ def estimate(step_cost: dict | None, profile: dict, knobs: dict | None = None) -
     link = profile.get("nvlink_gbs") or profile.get("pcie_gbs")
     if comm and not link:
         return _missing("communication to model and the profile has no nvlink_gbs or pcie_gbs")
-    if any(host) and not profile.get("pcie_gbs"):
+    if (any(host) or paged_out_bytes) and not profile.get("pcie_gbs"):
         return _missing("host traffic to model and the profile has no pcie_gbs")
     parts["communication"] = comm / (link * 1e9) if comm else 0.0
     parts["offload_pcie"] = host[0] / (profile["pcie_gbs"] * 1e9) if host[0] else 0.0
     parts["activation_offload"] = max(0.0, host[1] / (profile["pcie_gbs"] * 1e9) - device_s) if host[1] else 0.0
+    parts["paging"] = 2 * paged_out_bytes / (profile["pcie_gbs"] * 1e9) if paged_out_bytes else 0.0
     step_s = sum(parts.values())
     tokens = step_cost.get("tokens_per_step")
     return {

@@ -17,7 +17,9 @@ What a real process holds on the card:
 
 The allocator may use ``memory_bytes - RESERVE_BYTES`` (the replay's capacity; ``memory_bytes``
 is the CUDA runtime's total, matrix/gpus.yaml). Communication buffers (NCCL) of a multi-GPU
-run are not included.
+run are not included. CUDA unified memory (bitsandbytes' paged optimizer states) is outside the
+caching allocator: it is not in the replay's reserved peak, stays resident in what that leaves,
+and is paged to host memory beyond it (``paging``): such a step fits, with paging.
 """
 from __future__ import annotations
 
@@ -50,6 +52,51 @@ def from_replay(model: dict, profiles: dict) -> dict[str, str]:
         else:
             out[gpu] = "fits" if model["reserved_peak_bytes"] <= capacity(prof) else "tight"
     return out
+
+
+def load_phase(model: dict, profiles: dict, host_rss: int | None) -> dict:
+    """The load phase apart from the step (bench.replay's ``load_*`` figures): its allocated and
+    modelled reserved peaks, what the allocator holds when the step starts, the host's peak RSS
+    while loading, and per GPU "fits" or "oom while loading" (the first failing allocation under
+    the GPU's capacity comes before the step's first event)."""
+    verdicts = {}
+    for gpu in profiles:
+        oom = model["first_oom"].get(gpu)
+        verdicts[gpu] = "oom while loading" if oom is not None and oom.get("step", 0) < 0 else "fits"
+    return {"allocated_peak_bytes": model.get("load_allocated_peak_bytes"),
+            "modelled_reserved_peak_bytes": model.get("load_reserved_peak_bytes"),
+            "reserved_at_step_start_bytes": model.get("load_end_reserved_bytes"),
+            "allocated_at_step_start_bytes": model.get("load_end_allocated_bytes"),
+            "host_peak_rss_bytes": host_rss, "verdicts": verdicts,
+            "how": "the allocation trace's events before the training step (the model's build or load: "
+                   "from_pretrained places each weight on the device one tensor at a time, and quantizes a "
+                   "bitsandbytes 4-bit weight on arrival), replayed through the caching-allocator model; "
+                   "the step's replay starts from the state they leave"}
+
+
+def paging(model: dict, profiles: dict) -> dict[str, dict]:
+    """{gpu: residency} of CUDA unified memory (bitsandbytes' paged optimizer states,
+    ``unified_peak_bytes`` of bench.replay) on every GPU where the step fits the allocator: it
+    stays resident in what the allocator's reserved peak leaves of the capacity, and the driver
+    pages the rest to host memory (``paged_out_bytes``). A step that fits with some of it paged
+    out fits, with paging; the speed model charges that traffic (bench/speedmodel.py)."""
+    unified = model.get("unified_peak_bytes") or 0
+    out = {}
+    for gpu, prof in profiles.items():
+        if not unified or model["first_oom"].get(gpu) is not None:
+            continue
+        room = max(0, capacity(prof) - model["reserved_peak_bytes"])
+        out[gpu] = {"unified_bytes": unified, "resident_bytes": min(unified, room),
+                    "paged_out_bytes": max(0, unified - room)}
+    return out
+
+
+def paging_notes(pages: dict) -> dict[str, str]:
+    """{gpu: note} for the GPUs where part of the unified memory is paged to host memory."""
+    return {gpu: (f"fits, with paging: {p['paged_out_bytes'] / 2**30:.2f} of {p['unified_bytes'] / 2**30:.2f} GiB "
+                  "of paged optimizer state (CUDA unified memory, outside the caching allocator) is paged to "
+                  "host memory; each step moves it over the host link (speed model part 'paging')")
+            for gpu, p in pages.items() if p["paged_out_bytes"] > 0}
 
 
 def from_estimate(reserved_bytes: int, allocated_bytes: int, profiles: dict) -> dict[str, str]:

@@ -286,6 +286,18 @@ class MemTracker(TorchDispatchMode):
             self.host_total += entry[1]
             self.host_peak = max(self.host_peak, self.host_total)
 
+    def label(self, tensor, op_name: str) -> None:
+        """Name the op that allocated ``tensor`` in the trace (its allocation event must be among
+        the latest): bench/replay.py reads UNIFIED_OP as memory outside the caching allocator."""
+        serial = self.track(tensor)
+        op = self.ops.setdefault(op_name, len(self.ops))
+        for i in range(len(self.events) - 1, max(-1, len(self.events) - 64), -1):
+            ev = self.events[i]
+            if ev[0] == 1 and ev[1] == serial:
+                self.events[i] = (*ev[:5], op)
+                return
+        raise ValueError(f"no recent allocation event for serial {serial}")
+
     def is_host(self, tensor) -> bool:
         return _key(tensor.untyped_storage()) in self.host
 

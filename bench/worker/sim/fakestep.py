@@ -50,7 +50,8 @@ from transformers import masking_utils
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.flop_counter import flop_registry
 
-from bench.worker import cuda_alloc, models
+from bench import replay
+from bench.worker import cuda_alloc, models, optimizers
 from bench.worker.sim import cuda_kernels, fastkey, fusion, stepcost
 from bench.worker.memtrack import MemTracker
 from bench.techniques import BNB_OPTIMIZERS
@@ -116,6 +117,9 @@ class FakeRun:
         if self.knobs["optimizer"] in BNB_OPTIMIZERS or self.knobs["adapter"] == "qlora":
             import bitsandbytes.functional as bnbf
             s.enter_context(swapped(bnbf, "create_dynamic_map", real(bnbf.create_dynamic_map)))
+        if self.knobs["optimizer"].startswith("paged-"):
+            from bitsandbytes.optim.optimizer import Optimizer8bit
+            s.enter_context(swapped(Optimizer8bit, "get_state_buffer", self._paged_buffer(Optimizer8bit.get_state_buffer)))
         if self.cuda_model:
             s.enter_context(swapped(torch.nn.functional, "scaled_dot_product_attention", cuda_kernels.cuda_sdpa))
         s.enter_context(self.cost.patched())
@@ -123,6 +127,20 @@ class FakeRun:
 
     def __exit__(self, *exc):
         return self._stack.__exit__(*exc)
+
+    def _paged_buffer(self, get_state_buffer):
+        """bitsandbytes' ``get_state_buffer`` as on a GPU: a paged optimizer's state of 1e5 or
+        more elements is allocated by ``get_paged`` in CUDA unified memory (its cpu fallback
+        allocates the same bytes in place); the trace names that allocation so, and the
+        allocator replay keeps it outside the caching allocator (bench/replay.py UNIFIED_OP)."""
+        tracker = self.tracker
+
+        def paged(opt, p, dtype=torch.float32):
+            buf = get_state_buffer(opt, p, dtype=dtype)
+            if opt.is_paged and p.numel() >= optimizers.BNB_PAGED_MIN_NUMEL:
+                tracker.label(buf, replay.UNIFIED_OP)
+            return buf
+        return paged
 
     def _swap_tensors(self, t1, t2):
         memo = self.mode.fake_tensor_converter.tensor_memo

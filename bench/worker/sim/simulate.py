@@ -35,8 +35,10 @@ The record (provenance "simulated"):
 Known differences from a real CUDA run, kept small and stated rather than patched over:
 torch's AdamW keeps its 4-byte ``step`` counters on the host unless capturable/fused (sim
 counts them: at most 512 B per parameter tensor); bitsandbytes' paged optimizers allocate
-their state with cudaMallocManaged, outside torch's allocator (sim counts it as resident
-device memory, which it is until evicted); the CUDA context is the verdict's reserve; T4 (no bf16 kernels)
+their state with cudaMallocManaged, outside torch's allocator: sim counts it in ``peak_bytes``
+(resident device memory until evicted), names it in the trace, and the allocator replay keeps
+it apart (``allocator_model.unified_peak_bytes``; ``details.paging`` per GPU: what stays
+resident, what the driver pages to host memory); the CUDA context is the verdict's reserve; T4 (no bf16 kernels)
 is flagged in ``details.verdict_notes``.
 Cells sim cannot run are skipped records, decided when the matrix loads (bench/techniques.py).
 """
@@ -161,10 +163,26 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
                                       "replay's fragmentation at its peak; the figures here are the single process's")
         out["verdicts"] = verdicts.from_estimate(reserved, out["peak_bytes"], profiles)
         details["verdict_rule"] = verdicts.ESTIMATE_RULE
+        details["load_phase"] = multi_process_load(m.session.model, spec, model, profiles, units, out)
+        for gpu, v in details["load_phase"]["verdicts"].items():
+            if v != "fits":
+                out["verdicts"][gpu] = "oom"
+                details["verdict_notes"][gpu] = "; ".join(filter(None, (
+                    details["verdict_notes"].get(gpu), f"oom while loading ({details['load_phase']['placement']})")))
     else:
         model = alloctrace.attach(out, tracker, spec, profiles)
         out["verdicts"] = verdicts.from_replay(model, profiles)
         details["verdict_rule"] = verdicts.RULE
+        details["load_phase"] = verdicts.load_phase(model, profiles, out.get("load_host_peak_rss_bytes"))
+        loading = {g for g, v in details["load_phase"]["verdicts"].items() if v != "fits"}
+        details["verdict_notes"].update({g: "; ".join(filter(None, (details["verdict_notes"].get(g),
+                                         "oom while loading: the model does not fit on the card as it loads, "
+                                         "before the first step"))) for g in loading})
+        pages = verdicts.paging(model, profiles)
+        if pages:
+            details["paging"] = pages
+            details["verdict_notes"].update({g: "; ".join(filter(None, (details["verdict_notes"].get(g), n)))
+                                             for g, n in verdicts.paging_notes(pages).items()})
     peak_phase = max(out["phase_peak_bytes"], key=out["phase_peak_bytes"].get)
     ours = peers.ours_summary(spec, states, out["breakdown_bytes"], peak_phase, out["params_total"],
                               out["params_trainable"])
@@ -175,10 +193,34 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
     if spec.get("published"):
         details["published"] = published(spec["published"], out["peak_bytes"], m.paged)
     cost = details["step_cost"] = m.cost.record(spec, m.session)
-    details["speed_model"] = {gpu: speedmodel.estimate(cost, profile, spec["knobs"])
+    pages = details.get("paging", {})
+    details["speed_model"] = {gpu: speedmodel.estimate(cost, profile, spec["knobs"],
+                                                       pages.get(gpu, {}).get("paged_out_bytes", 0))
                               for gpu, profile in profiles.items()}
     out["host_peak_rss_bytes"] = max(train.host_peak_rss(), m.rss or 0)
     return out
+
+
+# how each sharding engine loads the model as people launch it (accelerate, TRL, the HF Trainer)
+ENGINE_PLACEMENT = {"zero3": "zero-init", "zero3-offload": "zero-init", "fsdp": "fsdp-meta"}
+
+
+def multi_process_load(model, spec: dict, replayed: dict, profiles: dict, units: list, out: dict) -> dict:
+    """The load phase of a ZeRO/FSDP cell per rank (bench/loadplan.py): every placement's bytes
+    and verdicts at the cell's world size, and the one the cell's engine uses as launched by
+    accelerate and the HF Trainer (``ENGINE_PLACEMENT``: zero.Init for ZeRO-3, CPU-RAM-efficient
+    loading for FSDP; ZeRO-1/2 keep the whole model on every rank anyway)."""
+    from bench import loadplan
+    weights = sum(pb for pb, _ in units)
+    largest = max((p.numel() * p.element_size() for p in model.parameters()), default=0)
+    unit = max((pb for pb, _ in units[1:-1]), default=0)  # one decoder layer
+    n, dist = spec["world_size"], spec["knobs"]["dist"]
+    plans = loadplan.placements(weights, largest, unit, n, profiles)
+    chosen = ENGINE_PLACEMENT.get(dist, "full-per-rank")
+    return {"placement": chosen, "how": loadplan.PLACEMENTS[chosen], "weights_bytes": weights,
+            "largest_param_bytes": largest, "unit_bytes": unit, "world_size": n,
+            "verdicts": plans[chosen]["verdicts"], "placements": plans, "provenance": loadplan.PROVENANCE,
+            "single_process": verdicts.load_phase(replayed, profiles, out.get("load_host_peak_rss_bytes"))}
 
 
 def paged_state_bytes(session, knobs: dict, rounding) -> int:
