@@ -76,6 +76,7 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
     unified_live = unified_peak = 0
     # peaks move only on allocations (a free never changes reserved memory); plain ifs, not
     # max(): a call per event is a third of the replay's time
+    grown: dict = {}  # (step, phase) -> segment bytes allocated while the cache held enough bytes
     load_res = load_alloc = 0
     load_end = None
     for i in range(n):
@@ -88,11 +89,15 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
                 unified_peak = unified_live
         elif kind[i]:
             mark = len(log) if log is not None else 0
+            cached, before = a.reserved - a.allocated, a.reserved
             try:
                 b = a.malloc(nbytes[i])
             except OutOfMemory:
                 oom = failure(trace, i, a)
                 break
+            if a.reserved > before and cached >= nbytes[i]:  # new memory while enough sat cached
+                where = (step[i], col["phase"][i])
+                grown[where] = grown.get(where, 0) + a.reserved - before
             blocks[serial[i]] = b
             by_cat[cat[i]] += b.size
             if log is not None:
@@ -144,6 +149,10 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
                                  *trace["categories"]], "rows": tl},
         "oom": oom,
         "unified_peak_bytes": unified_peak,
+        # where the allocator reserved new memory although its cache held as many free bytes
+        # (split or too-small blocks): step (-1: the load) and phase, largest first
+        "fragmentation_growth": [{"step": st, "phase": trace["phases"][ph], "bytes": nb}
+                                 for (st, ph), nb in sorted(grown.items(), key=lambda kv: -kv[1])[:5]],
         # the load phase (events before ``reset_at``) and the allocator's state the step starts from
         "load_reserved_peak_bytes": load_res, "load_allocated_peak_bytes": load_alloc,
         "load_end_reserved_bytes": (load_end or (a.reserved, a.allocated))[0],

@@ -32,7 +32,7 @@ import jinja2
 import pandas as pd
 
 from bench import atomic, record
-from report import GIB, claims, effects, lookup, recommend, scope, sections, stages
+from report import GIB, claims, consistency, effects, lookup, recommend, scope, sections, stages
 from report.fits_table import FitsError, read_fits
 from report.fmt import fmt_gib, jcol, missing
 from report.table import TableError, read_table
@@ -108,7 +108,7 @@ def render(df: pd.DataFrame, commit: str | None = None, built_at: str | None = N
     return env.get_template("template.html.j2").render(
         gib=GIB, n_cells=len(df), answer=lookup.section(df, fits), scope=scope.section(df, fits),
         statuses=df["status"].value_counts().to_dict(),
-        modes=mode_blocks, sections=[s for s in (f(df) for f in PAGE_SECTIONS) if s],
+        modes=mode_blocks, sections=[s for s in (*(f(df) for f in PAGE_SECTIONS), consistency.section(df, fits)) if s],
         filters=filters(df, modes),
         footer=footer(df, commit or git_commit(),
                       built_at or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")),

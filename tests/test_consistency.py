@@ -1,0 +1,63 @@
+"""The consistency rules (bench/consistency.py) on made-up records and fits rows, and on the
+published reference results, whose every record and fits answer must keep them.
+
+    pytest tests/test_consistency.py -q
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from bench import consistency
+
+GIB = 2**30
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"
+
+
+def rec(reserved, allocated, growth, batching="fixed"):
+    return {"status": "ok", "knobs": {"batching": batching}, "modelled_reserved_peak_bytes": reserved,
+            "peak_bytes": allocated, "allocator_model": {"allocated_peak_bytes": allocated,
+                                                         "fragmentation_growth": growth}}
+
+
+def test_fragmentation_left_by_the_load_breaks_the_rule():
+    """The old QLoRA build: the whole bf16 model on the device, freed after quantizing, cached
+    for the step (reserved 2.5x allocated)."""
+    broken = rec(22 * GIB, 9 * GIB, [{"step": -1, "phase": "other", "bytes": 13 * GIB}])
+    assert consistency.record_problems(broken) and "loads" in consistency.record_problems(broken)[0]
+
+
+def test_stated_reasons_keep_the_rule():
+    inside = rec(84 * GIB, 71 * GIB, [{"step": 0, "phase": "backward", "bytes": 20 * GIB}])
+    assert consistency.record_problems(inside) == []
+    assert "step 0's backward" in consistency.reserved_note(inside)
+    assert consistency.record_problems(rec(30 * GIB, 20 * GIB, [], batching="padding-growing")) == []
+    assert consistency.record_problems(rec(GIB // 2, GIB // 4, [])) == []   # segment sizes dominate
+    assert consistency.record_problems(rec(30 * GIB, 20 * GIB, [])) != []   # no reason to give
+    assert consistency.record_problems(rec(21 * GIB, 20 * GIB, [])) == []   # within the slack
+
+
+def fits_row(technique, seq, batch, gpu="rtx-4090"):
+    return {"model": "m", "technique": technique, "gpu": gpu, "seq_len": "2048", "batch_size": "1",
+            "max_seq_at_batch1": seq, "max_batch_at_seq": batch, "reason": ""}
+
+
+def test_compression_never_reaches_less_context():
+    rows = [fits_row("qlora+gc", 2816, 1), fits_row("lora+gc+bf16", 3840, 1)]
+    got = consistency.fits_problems(rows)
+    assert len(got) == 1 and "qlora+gc on rtx-4090: largest sequence at batch 1 2816 < 3840" in got[0]
+    assert consistency.fits_problems([fits_row("qlora+gc", 9000, 3), fits_row("lora+gc+bf16", 3840, 1)]) == []
+    assert consistency.uncompressed("gc+adamw8bit+bf16") == ("gc+bf16", "adamw8bit")
+    assert consistency.uncompressed("adamw8bit") is None            # nothing left to compare with
+    assert consistency.uncompressed("lora+gc+bf16") is None
+
+
+def test_the_reference_keeps_every_rule():
+    problems = []
+    for path in sorted((REFERENCE / "cells").glob("*.json")):
+        doc = json.loads(path.read_text())
+        problems += consistency.record_problems(doc["benchmarks"][0]["extra_info"] if "benchmarks" in doc else doc)
+    with open(REFERENCE / "fits.csv", newline="") as fh:
+        problems += consistency.fits_problems(list(csv.DictReader(fh)))
+    assert problems == []
