@@ -97,7 +97,8 @@ SAME_SHAPE = ("inputs_sha256", "batch_size", "seq_len", "steps", "warmup_steps",
 
 
 def versions() -> dict:
-    out = {}
+    """The library versions and the engine's code digest a reused record must share."""
+    out = {"ft_membench_engine": inputs.engine_digest()}
     for pkg in ("torch", "transformers", "peft", "bitsandbytes", "deepspeed", "accelerate"):
         try:
             out[pkg] = metadata.version(pkg).split("+")[0]
@@ -236,6 +237,9 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
                    f"{bat:<40.40} {speed(rec, gpu)}")
         if ln.get("reason"):
             out.append(f"    {ln['reason']}")
+        note = ((rec.get("details") or {}).get("verdict_notes") or {}).get(gpu)
+        if note:  # fits with paging, oom while loading, no bf16 kernels: what the verdict rests on
+            out.append(f"    {note}")
     out.append("")
     out.append("need: the modelled reserved peak of one step (per rank for ZeRO/FSDP); usable: what the allocator may "
                "reserve. Where each answer came from:")

@@ -27,3 +27,22 @@ def _plain(obj):
     if isinstance(obj, (set, frozenset)):
         return sorted(obj)
     raise TypeError(f"{type(obj).__name__} has no canonical JSON form")
+
+
+# the code a simulated record is made by: the worker and sim engine, the allocator replay, the
+# verdict, load and speed models, the technique catalogue and the record's own rules
+ENGINE_FILES = ("worker/**/*.py", "allocator.py", "replay.py", "verdicts.py", "loadplan.py", "speedmodel.py",
+                "techniques.py", "record.py", "inputs.py")
+
+
+def engine_digest() -> str:
+    """sha256 (first 16 hex) of the engine's source files (``ENGINE_FILES`` under bench/): a
+    record made by other code is not the record this code would make, so it is not reused as
+    if it were (bench/cli.py)."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parent
+    files = sorted({p for pattern in ENGINE_FILES for p in root.glob(pattern)})
+    h = hashlib.sha256()
+    for p in files:
+        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:16]

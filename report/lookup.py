@@ -159,6 +159,17 @@ def fit_columns(fits: pd.DataFrame | None, row, gpu: str) -> tuple[str, str]:
             said(f["batch_answer"], f["max_batch_at_seq"], f["batch_limit"], ""))
 
 
+VERDICT_NOTES = {"fits, with paging": "fits, with paging", "oom while loading": "oom while loading",
+                 "no bf16 support": "no bf16 kernels: optimistic"}
+
+
+def verdict_note(r, gpu: str) -> str:
+    """What a sim verdict on ``gpu`` rests on, in a few words (the record's verdict note has the
+    figures): paged optimizer state paged to host memory, a load that does not fit, no bf16."""
+    note = (details(r).get("verdict_notes") or {}).get(gpu, "") if r["mode"] == "sim" else ""
+    return "; ".join(short for key, short in VERDICT_NOTES.items() if key in note)
+
+
 def lookup_row(c: dict, fits, recommended: bool, rank: int) -> dict:
     r, cap, need = c["row"], c["capacity"], c["need"]
     share = f"{need / cap * 100:.0f}%" if cap and need is not None else DASH
@@ -173,7 +184,9 @@ def lookup_row(c: dict, fits, recommended: bool, rank: int) -> dict:
             f"modelled ({c['speed'].get('calibration', 'calibration not said')}): {c['speed'].get('how', '')}"
     else:
         step, tokens, how = "no speed model", DASH, ""
+    note = verdict_note(r, c["gpu"])
     return {"cell": r["cell"], "technique": r["technique"], "recipe": c["recipe"], "verdict": c["verdict"],
+            "verdict_note": note,
             "recommended": recommended, "rank": rank, "dtypes": dtypes_text(r),
             "need": ("≥ " if c["lower"] else "") + fmt_gib(need), "share": share,
             "headroom": fmt_gib(room, signed=True), "headroom_tone": "" if room is None else "worse" if room < 0 else "better",
