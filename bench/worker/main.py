@@ -26,7 +26,7 @@ import sys
 import time
 import traceback
 
-from bench import atomic, lifeline, ranks, record
+from bench import atomic, lifeline, ranks, record, verdicts
 from bench.worker import alloctrace
 from bench.worker.progress import say
 
@@ -112,7 +112,8 @@ def run(spec: dict) -> dict:
     if spec["mode"] == "cpu":
         tracker = MemTracker(budget_bytes=spec["gpu_memory_bytes"])
         out = train.train(spec, "cpu", tracker)
-        alloctrace.attach(out, tracker, spec, {})  # what a CUDA allocator would reserve for this trace
+        model = alloctrace.attach(out, tracker, spec, {})  # what a CUDA allocator would reserve for this trace
+        out["details"]["load_phase"] = verdicts.load_phase(model, {}, out.get("load_host_peak_rss_bytes"))
         return out
     if spec["mode"] == "cuda":
         return run_cuda(spec, torch, train, MemTracker)
@@ -151,7 +152,9 @@ def run_cuda(spec, torch, train, MemTracker) -> dict:
         out["details"]["tracker_over_cuda_bytes"] = out["peak_bytes"] - peak
     out["peak_bytes"] = sum(out["breakdown_bytes"].values()) if peak < out["peak_bytes"] else peak
     out["reserved_peak_bytes"] = facts["reserved_peak_bytes"]
-    alloctrace.attach(out, tracker, spec, {spec["gpu"]: {"memory_bytes": spec["gpu_memory_bytes"]}})
+    gpu = {spec["gpu"]: {"memory_bytes": spec["gpu_memory_bytes"]}}
+    model = alloctrace.attach(out, tracker, spec, gpu)
+    out["details"]["load_phase"] = verdicts.load_phase(model, gpu, out.get("load_host_peak_rss_bytes"))
     out["_cuda_snapshot"] = alloctrace.cuda_snapshot(torch)  # the real allocator's history, beside the model's
     out["details"]["device_name"] = facts["physical_device"]
     out["details"]["cuda"] = facts
