@@ -185,10 +185,17 @@ def lookup_row(c: dict, fits, recommended: bool, rank: int) -> dict:
     else:
         step, tokens, how = "no speed model", DASH, ""
     note = verdict_note(r, c["gpu"])
+    n = 1 if missing(r["world_size"]) else int(r["world_size"])
+    if n > 1:  # a multi-GPU cell: memory is one rank's; a measured record's tokens/s is the run's
+        # (bench/ranks.py), the speed model's one rank's
+        measured = r["mode"] == "cuda" and not missing(r["tokens_per_s"])
+        run = float(r["tokens_per_s"]) if measured else ((c["speed"] or {}).get("tokens_per_s") or 0) * n
+        if run:
+            tokens = f"{fmt_count(run / n)} per rank · {fmt_count(run)} for the run ({n} GPUs)"
     return {"cell": r["cell"], "technique": r["technique"], "recipe": c["recipe"], "verdict": c["verdict"],
             "verdict_note": note,
             "recommended": recommended, "rank": rank, "dtypes": dtypes_text(r),
-            "need": ("≥ " if c["lower"] else "") + fmt_gib(need), "share": share,
+            "need": ("≥ " if c["lower"] else "") + fmt_gib(need) + (" per rank" if n > 1 else ""), "share": share,
             "headroom": fmt_gib(room, signed=True), "headroom_tone": "" if room is None else "worse" if room < 0 else "better",
             "seq": seq, "batch": batch, "batch_seq": "" if missing(r["seq_len"]) else str(int(r["seq_len"])),
             "step": step, "tokens": tokens, "speed_how": how,
