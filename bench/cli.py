@@ -214,6 +214,10 @@ def speed(rec: dict, gpu: str) -> str:
     est = ((rec or {}).get("details") or {}).get("speed_model", {}).get(gpu)
     if not est or est.get("step_s") is None:
         return "no speed model"
+    n = (rec or {}).get("world_size") or 1
+    if n > 1:  # the speed model is one rank's step; the run trains n ranks' tokens at once
+        return (f"{est['step_s']:.2f} s/step, {est['tokens_per_s']:.0f} tokens/s per rank, "
+                f"{est['tokens_per_s'] * n:.0f} for the run of {n} (modelled)")
     return f"{est['step_s']:.2f} s/step, {est['tokens_per_s']:.0f} tokens/s (modelled)"
 
 
@@ -241,8 +245,8 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         if note:  # fits with paging, oom while loading, no bf16 kernels: what the verdict rests on
             out.append(f"    {note}")
     out.append("")
-    out.append("need: the modelled reserved peak of one step (per rank for ZeRO/FSDP); usable: what the allocator may "
-               "reserve. Where each answer came from:")
+    out.append("need: the modelled reserved peak of one step (per rank for ZeRO/FSDP, whose speed is per rank and "
+               "for the run); usable: what the allocator may reserve. Where each answer came from:")
     for ln in lines:
         out.append(f"  {ln['technique']}: record {_short(ln.get('source', '-'))}; fits {_short(ln.get('fits_source', '-'))}")
     out += peer_lines(lines)
