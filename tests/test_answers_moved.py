@@ -1,0 +1,52 @@
+"""report/answers_moved.py: the verdicts and largest shapes that differ between two results
+folders (made-up records; the before/after of a reference rebuild is its real use).
+
+    pytest tests/test_answers_moved.py -q
+"""
+from __future__ import annotations
+
+import csv
+import json
+
+from report import answers_moved
+from tests.records import GIB, bench_json, sim
+
+FITS_FIELDS = ("cell", "gpu", "seq_answer", "max_seq_at_batch1", "batch_answer", "max_batch_at_seq")
+
+
+def folder(root, verdicts, seq):
+    (root / "cells").mkdir(parents=True)
+    rec = sim(["qlora", "gc"], {"parameters": 40}, verdicts, 1e15)
+    bench_json(root / "cells" / f"{rec['cell']}.json", rec)
+    with open(root / "fits.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=FITS_FIELDS)
+        w.writeheader()
+        for gpu in verdicts:
+            w.writerow({"cell": rec["cell"], "gpu": gpu, "seq_answer": "fits" if seq else "none",
+                        "max_seq_at_batch1": seq or "", "batch_answer": "none", "max_batch_at_seq": ""})
+    return root, rec["cell"]
+
+
+def test_a_verdict_and_a_largest_context_that_moved_are_listed(tmp_path):
+    old, cell = folder(tmp_path / "old", {"rtx-a6000": "oom", "h100-80gb": "fits"}, 0)
+    new, _ = folder(tmp_path / "new", {"rtx-a6000": "fits", "h100-80gb": "fits"}, 3072)
+    rows = answers_moved.moved(old, new)
+    got = {r["gpu"]: r for r in rows}
+    assert got["rtx-a6000"]["verdict_old"] == "oom" and got["rtx-a6000"]["verdict_new"] == "fits"
+    assert got["rtx-a6000"]["max_seq_old"] == "none" and got["rtx-a6000"]["max_seq_new"] == "3072"
+    assert got["h100-80gb"]["verdict_old"] == got["h100-80gb"]["verdict_new"] == "fits"  # its reach moved
+    assert answers_moved.moved(old, old) == []
+    md = answers_moved.to_markdown(rows, "old", "new")
+    assert f"| {cell} | rtx-a6000 | oom -> fits |" in md
+
+
+def test_a_broken_record_is_a_row_not_a_gap(tmp_path):
+    old, cell = folder(tmp_path / "old", {"t4": "oom"}, 0)
+    new, _ = folder(tmp_path / "new", {"t4": "oom"}, 0)
+    path = new / "cells" / f"{cell}.json"
+    doc = json.loads(path.read_text())
+    del doc["benchmarks"][0]["extra_info"]["peak_bytes"]
+    path.write_text(json.dumps(doc))
+    rows = answers_moved.moved(old, new)
+    assert any(r["verdict_new"].startswith("unreadable") for r in rows)
+    assert GIB == 2**30
