@@ -3,7 +3,7 @@
 Torch-free. The corpus is validated against corpus.schema.json, then across fields:
 
 - ``model_config`` names a file in matrix/models (``<name>.json``);
-- ``gpu_profile`` is a key of matrix/gpus.yaml;
+- ``gpu_profile`` is a CUDA profile of matrix/gpus.yaml;
 - ``techniques`` parse with bench.techniques.knobs (a combination our tool can run);
 - ids are unique;
 - ``value_gib`` agrees with ``value`` and ``unit`` within 0.5%.
@@ -118,11 +118,12 @@ def _check_schema(path: Path, doc) -> None:
 
 
 def _gpu_profiles(gpus_file) -> set[str]:
+    """The CUDA profiles of ``gpus_file``: a published GPU figure cannot be the host CPU's."""
     try:
         doc = yaml.load(Path(gpus_file).read_text(), Loader=SAFE_LOADER) or {}
     except FileNotFoundError:
         raise PublishedError(gpus_file, "", "no such gpus file") from None
-    return set(doc)
+    return {name for name, prof in doc.items() if isinstance(prof, dict) and prof.get("kind") == "cuda"}
 
 
 def _check_row(path: Path, where: str, row: dict, models: set, gpus: set) -> None:
@@ -133,7 +134,7 @@ def _check_row(path: Path, where: str, row: dict, models: set, gpus: set) -> Non
     profile = row["gpu_profile"]
     if profile is not None and profile not in gpus:
         raise PublishedError(path, f"{where}.gpu_profile",
-                             f"unknown gpu profile {profile!r} (known: {', '.join(sorted(gpus))})")
+                             f"unknown gpu profile {profile!r} (known CUDA profiles: {', '.join(sorted(gpus))})")
     if row["techniques"] is not None:
         try:
             tech.knobs(row["techniques"].split("+"))
