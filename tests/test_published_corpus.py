@@ -1,0 +1,148 @@
+"""The corpus of published GPU memory measurements (matrix/published/corpus.yaml) and its
+loader, bench/published.py: the corpus loads, is broad enough (at least 40 rows from at least 8
+independent sources), every row says where and when it was read, and a corrupted copy is
+refused with a message that names the row and the key.
+
+    python -m pytest tests/test_published_corpus.py
+"""
+from __future__ import annotations
+
+import re
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+
+from bench import published
+
+GIB = 2**30
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return published.load()
+
+
+def source_of(row: dict) -> str:
+    """The independent source a row comes from: the GitHub repository (owner/repo, for both
+    ``owner/repo:path`` and github.com URLs), else the web domain."""
+    src = row["source"]
+    if src.startswith(("http://", "https://")):
+        url = urlparse(src)
+        if url.netloc == "github.com":
+            return "/".join(url.path.strip("/").split("/")[:2]).lower()
+        return url.netloc.lower().removeprefix("www.")
+    return src.split(":", 1)[0].lower()
+
+
+def test_corpus_loads(rows):
+    assert rows and all(isinstance(r, dict) for r in rows)
+
+
+def test_at_least_40_rows_from_8_sources(rows):
+    sources = {source_of(r) for r in rows}
+    assert len(rows) >= 40, len(rows)
+    assert len(sources) >= 8, sorted(sources)
+
+
+def test_every_row_has_a_source_and_when_it_was_read(rows):
+    for r in rows:
+        assert r["source"], r["id"]
+        assert re.fullmatch(r"[0-9a-f]{40}|\d{4}-\d{2}-\d{2}", r["read_at"]), r["id"]
+
+
+def test_value_gib_converts_the_unit_as_written(rows):
+    for r in rows:
+        assert r["value_gib"] == pytest.approx(published.gib(r["value"], r["unit"]), rel=0.005), r["id"]
+    by_id = {r["id"]: r for r in rows}
+    assert by_id["tt-8b-lora-4090"]["value_gib"] == pytest.approx(16.2)          # GiB as written
+    assert by_id["peft-t0-3b-full"]["value_gib"] == pytest.approx(47.14e9 / GIB, rel=1e-3)  # GB = 1e9 bytes
+
+
+def test_unmatched_rows_say_why(rows):
+    """A row without techniques cannot be simulated as written: it must carry the reason."""
+    for r in rows:
+        if r["techniques"] is None:
+            assert r["unmatched"], r["id"]
+
+
+def test_rules_of_thumb_are_marked(rows):
+    for r in rows:
+        assert (r["source_kind"] == "rule-of-thumb") == (r["value_kind"] == "estimate"), r["id"]
+
+
+# --- corrupted copies -------------------------------------------------------------------
+
+def corrupted(tmp_path, change) -> str:
+    doc = yaml.safe_load(published.DEFAULT.read_text())
+    change(doc["rows"])
+    path = tmp_path / "corpus.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def refused(path, *fragments):
+    with pytest.raises(published.PublishedError) as exc:
+        published.load(path)
+    message = str(exc.value)
+    assert message.startswith(f"{path}: "), message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+def test_missing_key_is_refused(tmp_path):
+    def drop(rows):
+        del rows[3]["measure"]
+    rid = yaml.safe_load(published.DEFAULT.read_text())["rows"][3]["id"]
+    refused(corrupted(tmp_path, drop), f"rows[{rid}].measure", "required")
+
+
+def test_unknown_gpu_profile_is_refused(tmp_path):
+    def bad(rows):
+        rows[0]["gpu_profile"] = "rtx-9090"
+    refused(corrupted(tmp_path, bad), "rows[tt-8b-full-4090].gpu_profile", "rtx-9090")
+
+
+def test_cpu_profile_is_refused(tmp_path):
+    def bad(rows):
+        rows[0]["gpu_profile"] = "cpu"
+    refused(corrupted(tmp_path, bad), "rows[tt-8b-full-4090].gpu_profile", "'cpu'")
+
+
+def test_duplicate_id_is_refused(tmp_path):
+    def dup(rows):
+        rows[5]["id"] = rows[2]["id"]
+    refused(corrupted(tmp_path, dup), "rows[tt-8b-lora-4090].id", "duplicate id")
+
+
+def test_bad_unit_is_refused(tmp_path):
+    def bad(rows):
+        rows[2]["unit"] = "gigs"
+    refused(corrupted(tmp_path, bad), "rows[tt-8b-lora-4090].unit", "gigs")
+
+
+def test_value_gib_that_disagrees_with_the_unit_is_refused(tmp_path):
+    def bad(rows):
+        rows[2]["unit"] = "GB"   # 16.2 GB is 15.09 GiB, not the 16.2 recorded
+    refused(corrupted(tmp_path, bad), "rows[tt-8b-lora-4090].value_gib", "0.5%")
+
+
+def test_unknown_model_config_is_refused(tmp_path):
+    def bad(rows):
+        rows[2]["model_config"] = "llama-9-8b"
+    refused(corrupted(tmp_path, bad), "rows[tt-8b-lora-4090].model_config", "llama-9-8b")
+
+
+def test_techniques_that_do_not_parse_are_refused(tmp_path):
+    def bad(rows):
+        rows[2]["techniques"] = "lora+warp-drive"
+    refused(corrupted(tmp_path, bad), "rows[tt-8b-lora-4090].techniques", "warp-drive")
+
+
+def test_duplicate_yaml_key_is_refused(tmp_path):
+    text = published.DEFAULT.read_text()
+    first = text.index("  value: 18.9\n")
+    path = tmp_path / "corpus.yaml"
+    path.write_text(text[:first] + "  value: 18.9\n  value: 9.9\n" + text[first + len("  value: 18.9\n"):])
+    refused(path, "duplicate key 'value'")
