@@ -20,7 +20,10 @@ def digest(obj) -> str:
 
 def technique_entry(tech) -> dict:
     """A catalogue ``Technique`` as plain data (its frozenset of modes sorted)."""
-    return dataclasses.asdict(tech)
+    entry = dataclasses.asdict(tech)
+    if not entry.get("defaults"):  # absent, as before techniques had defaults: their digests stay
+        entry.pop("defaults", None)
+    return entry
 
 
 def _plain(obj):

@@ -43,12 +43,12 @@ EFFICIENCY = {
     "ampere-datacenter": (0.7878, "fitted on pytorch/torchtune README's Llama-3.2-3B table (A100, batch 2 x "
                                   "4096 packed): the 8 matched rows, the full fine-tunes from packed to + 8-bit "
                                   "AdamW and LoRA (tests/test_speed_calibration.py; each within 10%)"),
-    # above 1: at the listed bf16 peak (165.2 TFLOPS, FP32 accumulate) the 4090 would need longer than
-    # torchtune measured, so its GEMMs sustain about that peak over the whole step, or the listed peak
-    # understates what cuBLAS reaches on AD102; the A100 factor left the LoRA row at -29%
-    "ada": (1.0679, "fitted on pytorch/torchtune README's Llama-3.1-8B table (RTX 4090, batch 2 x 2048 "
-                    "packed, compiled): the full fine-tune (its paging time subtracted, not scaled) and LoRA "
-                    "rows (tests/test_published_answers.py)"),
+    # about 1: the 4090 sustains its listed bf16 peak (165.2 TFLOPS, FP32 accumulate) over the whole
+    # step, or the listed peak understates what cuBLAS reaches on AD102; the A100 factor left the
+    # LoRA row at -29%
+    "ada": (1.0185, "fitted on pytorch/torchtune README's Llama-3.1-8B table (RTX 4090, batch 2 x 2048 "
+                    "packed, compiled): the full fine-tune (its paging time subtracted, not scaled), LoRA and "
+                    "QLoRA rows (tests/test_published_answers.py)"),
 }
 HOW = ("modelled: per op max(FLOPs / dtype peak, bytes / memory bandwidth) for ops with FLOPs "
        "(bf16/fp16 at tensor-core peak, fp32 at the non-tensor-core peak), bytes / bandwidth for "

@@ -25,7 +25,7 @@ DEFAULT_KNOBS = {
     "accum": 1,                 # micro-batches per optimizer step
     "batch_size": None,         # override of the study's batch size
     "seq_len": None,            # override of the study's sequence length
-    "optimizer": "adamw",       # adamw | adamw-fused | adamw8bit | paged-adamw8bit | adafactor | lion8bit | sgd
+    "optimizer": "adamw",       # adamw | adamw-fused | adamw8bit | paged-adamw8bit | paged-adamw32bit | adafactor | lion8bit | sgd
     "adapter": None,            # None | lora | qlora
     "attn": "sdpa",             # sdpa | eager | fa2
     "dist": None,               # None | zero1 | zero2 | zero3 | zero2-offload | zero3-offload | fsdp
@@ -60,6 +60,7 @@ class Technique:
     difficulty: str = "low"     # low | medium | high
     overhead: str = "-"         # what common advice says it costs
     modes: frozenset = field(default=ALL_MODES)  # modes in which it can run at all
+    defaults: dict = field(default_factory=dict)  # knobs it sets unless another technique of the combination does
     mode_note: str = ""         # why a mode is missing (becomes the skipped record's reason)
 
     def __post_init__(self):
@@ -102,6 +103,11 @@ CATALOG: dict[str, Technique] = dict([
        "off CUDA bitsandbytes falls back to plain 8-bit states)",
        saves="optimizer", expected="~75% of optimizer state, absorbs spikes",
        overhead="paging traffic under pressure"),
+    _t("paged-adamw32bit", {"optimizer": "paged-adamw32bit"},
+       "bitsandbytes paged 32-bit AdamW (fp32 states in unified memory, evicted under pressure; "
+       "off CUDA bitsandbytes falls back to plain states)",
+       saves="optimizer", expected="absorbs spikes: states paged to host memory under pressure",
+       overhead="paging traffic under pressure"),
     _t("adafactor", {"optimizer": "adafactor"},
        "Adafactor (factored second moment, no first moment; under ZeRO it gets flat 1-D partitions "
        "and cannot factor)",
@@ -117,16 +123,17 @@ CATALOG: dict[str, Technique] = dict([
     _t("lora", {"adapter": "lora"}, "peft LoRA adapters; base weights frozen",
        saves="gradients, optimizer", expected="very large (>90% of gradients and optimizer)",
        difficulty="medium", overhead="small; quality may differ from full fine-tune"),
-    _t("qlora", {"adapter": "qlora", "optimizer": "paged-adamw8bit"},
-       "NF4 base weights (double quantization, bf16 compute; fp16 under amp-fp16) + LoRA + paged 8-bit AdamW; "
-       "embeddings, norms and LM head kept bf16 (torchtune, Unsloth, LLaMA-Factory)",
+    _t("qlora", {"adapter": "qlora"},
+       "NF4 base weights (double quantization, bf16 compute; fp16 under amp-fp16) + LoRA + paged 8-bit AdamW "
+       "unless the combination names another optimizer (qlora+adamw: TRL's adamw_torch); embeddings, norms and "
+       "LM head kept bf16 (torchtune, Unsloth, LLaMA-Factory)",
        saves="parameters, gradients, optimizer", expected="~75% of weights on top of LoRA",
-       difficulty="medium", overhead="dequantization: slower steps"),
-    _t("qlora-fp32", {"adapter": "qlora", "optimizer": "paged-adamw8bit", "kbit_extras": "fp32"},
+       difficulty="medium", overhead="dequantization: slower steps", defaults={"optimizer": "paged-adamw8bit"}),
+    _t("qlora-fp32", {"adapter": "qlora", "kbit_extras": "fp32"},
        "qlora as in the original recipe: peft's prepare_model_for_kbit_training upcasts embeddings, norms "
-       "and LM head to fp32",
+       "and LM head to fp32 (paged 8-bit AdamW unless another optimizer is named)",
        saves="parameters, gradients, optimizer", expected="~75% of weights on top of LoRA",
-       difficulty="medium", overhead="dequantization: slower steps"),
+       difficulty="medium", overhead="dequantization: slower steps", defaults={"optimizer": "paged-adamw8bit"}),
     _t("dora", {"dora": True}, "peft DoRA (use_dora=True) on the adapter's layers: magnitude vector + LoRA",
        saves="gradients, optimizer", expected="like LoRA, a little more activation memory",
        difficulty="medium", overhead="slower than LoRA (weight norm per step)"),
@@ -312,13 +319,17 @@ def knobs(names: list[str]) -> dict:
             if knob in owner:
                 raise ValueError(f"{owner[knob]} and {name} both set {knob}: pick one")
             owner[knob], out[knob] = name, value
+    for name in names:  # a default (qlora's paged 8-bit AdamW) yields to a technique that sets the knob
+        for knob, value in lookup(name).defaults.items():
+            if knob not in owner:
+                owner[knob], out[knob] = name, value
     for rule, reason in RULES:
         if rule(out, names):
             raise ValueError(reason(out, names) if callable(reason) else reason)
     return out
 
 
-BNB_OPTIMIZERS = {"adamw8bit", "paged-adamw8bit", "lion8bit"}
+BNB_OPTIMIZERS = {"adamw8bit", "paged-adamw8bit", "paged-adamw32bit", "lion8bit"}
 ZERO = {"zero1", "zero2", "zero3", "zero2-offload", "zero3-offload"}
 
 # Knobs only a training step has, with the value that means "not used".
@@ -334,8 +345,7 @@ def _workload_clash(k: dict, names: list[str]) -> str:
     if wl != "train":
         for name in names:
             sets = lookup(name).sets
-            bad = [knob for knob in sets if knob in TRAIN_ONLY and sets[knob] != TRAIN_ONLY[knob]
-                   and not (name == "qlora" and knob == "optimizer")]  # qlora's 4-bit base serves as is
+            bad = [knob for knob in sets if knob in TRAIN_ONLY and sets[knob] != TRAIN_ONLY[knob]]
             if bad or (name in ("adamw", "fp32") and wl == "vllm"):
                 return (f"{name} is a training technique ({', '.join(bad) or 'precision'}): {wl} runs no "
                         f"optimizer step, no backward and no sharding engine")
@@ -360,9 +370,12 @@ RULES = [
      "qlora computes in 16-bit over NF4 weights: it cannot be combined with fp32"),
     (lambda k, n: k["world_size"] > 1 and k["dist"] not in SHARDED,
      "a world size above 1 needs a sharding technique (zero1/2/3, zero*-offload or fsdp)"),
+    (lambda k, n: k["dist"] == "fsdp" and k["adapter"] == "qlora",
+     "fsdp shards QLoRA's 4-bit weights only when bitsandbytes stores them in a 16-bit dtype "
+     "(bnb_4bit_quant_storage, as answer.ai's fsdp_qlora and PEFT's FSDP guide set it): not modelled here yet"),
     (lambda k, n: k["dist"] == "fsdp" and k["optimizer"] in BNB_OPTIMIZERS,
-     "fsdp cannot step a bitsandbytes optimizer (adamw8bit, lion8bit, or qlora's paged-adamw8bit): "
-     "its update kernels have no DTensor sharding rule"),
+     "fsdp cannot step a bitsandbytes optimizer (adamw8bit, lion8bit, the paged ones, or qlora's default "
+     "paged-adamw8bit): its update kernels have no DTensor sharding rule"),
     (lambda k, n: k["dist"] == "fsdp" and k["optimizer"] == "adafactor",
      "fsdp cannot step torch's Adafactor: its factored row/column means fail DTensor sharding propagation"),
     (lambda k, n: k["dist"] in ZERO and k["precision"] == "amp-fp16",

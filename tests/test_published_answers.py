@@ -7,8 +7,8 @@ person reads, not only the bytes under them.
   Each verdict must be fits; each peak within 10%, compared as torch's allocator counts it
   (the table names no measure; torchtune logs peak active memory, equal to or a little above
   the allocated peak; bitsandbytes' paged states are outside it); each modelled speed within
-  25% (the RTX 4090's class factor is fitted on the full and LoRA rows: the held check is that
-  one factor serves all three).
+  25% (the RTX 4090's class factor is fitted on these three rows: the held check is that one
+  factor serves all three, each within the bound).
 - The QLoRA paper's headline: a 65B model fine-tunes on one 48 GB GPU. ``llama-3.1-70b``
   qlora+gc at batch 1 x 2048 must fit an RTX A6000, and the report's claim must read holds.
 - 7-8B QLoRA on a 16 GB T4 is a standard recipe: ``llama-3.1-8b`` qlora+gc at 1 x 1024.

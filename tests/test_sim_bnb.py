@@ -64,3 +64,24 @@ def test_8bit_optimizer_state_is_real_bitsandbytes_state(name):
     assert (real_is_fake, fake_is_fake) == (False, True)
     assert fake == real
     assert ("torch.uint8", (300, 256), 300 * 256) in real  # blockwise 8-bit state of the big weight
+
+
+@pytest.mark.parametrize("name, state_bytes", [("paged-adamw8bit", 2 * 1), ("paged-adamw32bit", 2 * 4)])
+def test_paged_states_are_unified_memory_outside_the_allocator_replay(name, state_bytes):
+    """bitsandbytes pages a state buffer of 1e5 or more elements (cudaMallocManaged): the trace
+    names those allocations and the replay keeps them apart; the small layer's states are
+    ordinary torch tensors."""
+    from bench import replay
+
+    tracker = fakestep.sim_tracker(cuda_model=True)
+    knobs = {"optimizer": name, "adapter": None}
+    with fakestep.FakeRun({"knobs": knobs, "warmup_steps": 1}, tracker, cuda_model=True), tracker:
+        model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Linear(512, 8))  # 262,144 and 4,096
+        opt = optimizers.make(name, model)
+        model(torch.randn(2, 512)).sum().backward()
+        opt.step()
+        trace = tracker.trace()
+        out = replay.replay(trace)
+    assert out["unified_peak_bytes"] == state_bytes * 512 * 512  # two states of the big weight only
+    alone = replay.replay({**trace, "ops": [op if op != replay.UNIFIED_OP else "x" for op in trace["ops"]]})
+    assert alone["allocated_peak_bytes"] - out["allocated_peak_bytes"] >= state_bytes * 512 * 512

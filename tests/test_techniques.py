@@ -34,7 +34,7 @@ def test_every_technique_sets_knobs_the_defaults_know(name):
     ("lora-all+gc", "combine them with lora or qlora"),
     ("zero2+opt-in-bwd", "DeepSpeed owns the optimizer step"),
     ("opt-in-bwd+ga2", "cannot accumulate gradients"),
-    ("qlora+adamw-fused", "both set optimizer"),
+    ("qlora+adamw-fused+adamw8bit", "both set optimizer"),
     ("zero2+zero3-offload", "both set dist"),
     ("lora+qlora", "both set adapter"),
     ("adamw8bit+sgd", "both set optimizer"),
@@ -45,7 +45,9 @@ def test_every_technique_sets_knobs_the_defaults_know(name):
     ("gc+w2", "needs a sharding technique"),
     ("fsdp+adamw8bit", "bitsandbytes"),
     ("fsdp+lion8bit", "bitsandbytes"),
-    ("qlora+fsdp", "qlora's paged-adamw8bit"),
+    ("qlora+fsdp", "bnb_4bit_quant_storage"),
+    ("qlora+adamw+fsdp", "bnb_4bit_quant_storage"),
+    ("fsdp+paged-adamw32bit", "bitsandbytes"),
     ("fsdp+adafactor", "Adafactor"),
     ("zero2+amp-fp16", "no gradient scaler"),
     ("zero3-offload+amp-fp16", "no gradient scaler"),
@@ -200,3 +202,23 @@ def test_offload_buffer_names_exist_in_the_installed_deepspeed():
         assert f"self.{flag}" in source
         for name in names:
             assert f"self.{name.replace('_DeepSpeedZeroOptimizer_Stage3', '')}" in source, name
+
+
+@pytest.mark.parametrize("combo, optimizer", [
+    ("qlora", "paged-adamw8bit"),             # the QLoRA recipe's own
+    ("qlora+gc", "paged-adamw8bit"),
+    ("qlora+adamw", "adamw"),                 # TRL's default adamw_torch
+    ("qlora+adamw-fused", "adamw-fused"),     # torchtune's QLoRA configs
+    ("qlora+paged-adamw32bit", "paged-adamw32bit"),
+    ("adamw8bit+qlora-fp32", "adamw8bit"),    # order does not matter
+    ("qlora+adamw+zero3+w4", "adamw"),
+])
+def test_qlora_keeps_its_optimizer_unless_one_is_named(combo, optimizer):
+    knobs = tech.knobs(combo.split("+"))
+    assert knobs["adapter"] == "qlora" and knobs["optimizer"] == optimizer
+
+
+def test_a_default_does_not_change_the_digest_of_techniques_without_one():
+    from bench import inputs
+    assert "defaults" not in inputs.technique_entry(tech.lookup("lora"))
+    assert inputs.technique_entry(tech.lookup("qlora"))["defaults"] == {"optimizer": "paged-adamw8bit"}

@@ -19,6 +19,7 @@ OPTIMIZERS = {
     "adafactor": lambda ps: torch.optim.Adafactor(ps, lr=LR, foreach=True),
     "adamw8bit": lambda ps: _bnb("AdamW8bit")(ps, lr=LR),
     "paged-adamw8bit": lambda ps: _bnb("PagedAdamW8bit")(ps, lr=LR),
+    "paged-adamw32bit": lambda ps: _bnb("PagedAdamW32bit")(ps, lr=LR),
     "lion8bit": lambda ps: _bnb("Lion8bit")(ps, lr=LR),
 }
 
