@@ -15,8 +15,8 @@ It shares all its code with the matrix path: the spec comes from bench.matrix (a
 matrix written for the question), a missing simulation runs in the warm sim worker
 (bench/simpool.py) exactly as the cell's Snakemake job would, and the searches are
 bench.fits'. Answers already computed are reused, never approximated: a cell record in
-``results/cells`` or ``results/reference/cells`` made from the same inputs (inputs_sha256,
-shape) by the same library versions, and a search in ``results/fits/`` for the same inputs;
+``results/cells`` or ``results/reference/cells`` that passes the record gate (bench/record.gate:
+the contract, and the same inputs_sha256, knobs and shape) made by the same library versions, and a search in ``results/fits/`` for the same inputs;
 each line says where its answer came from. A simulation is deterministic, so a reused record
 is the one a new run would write. Torch-free.
 
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import yaml
 
-from bench import atomic, fits, fits_csv, inputs, matrix, verdicts
+from bench import atomic, fits, fits_csv, inputs, matrix, record, verdicts
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STUDY = "sim-7b-8b"  # its techniques are the default list
@@ -93,9 +93,6 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
     return cells
 
 
-SAME_SHAPE = ("inputs_sha256", "batch_size", "seq_len", "steps", "warmup_steps", "seed", "knobs", "options")
-
-
 def versions() -> dict:
     out = {}
     for pkg in ("torch", "transformers", "peft", "bitsandbytes", "deepspeed", "accelerate"):
@@ -115,16 +112,20 @@ def record_paths(spec: dict, results: Path) -> list[Path]:
 
 
 def stored_record(spec: dict, paths: list[Path], here: dict) -> tuple[dict, str] | tuple[None, None]:
-    """A record of this cell with the same inputs, shape and library versions, and where."""
+    """An ok record of this cell that passes the record gate against ``spec`` (record.gate: the
+    contract, the same inputs, knobs and shape) and was made by the same library versions, and
+    where. A record that fails the gate is passed over, never answered from."""
     for path in paths:
         try:
             doc = json.loads(path.read_text())
-            rec = doc["benchmarks"][0]["extra_info"] if "benchmarks" in doc else doc
-        except (OSError, ValueError, KeyError, IndexError):
+            rec = doc["benchmarks"][0]["extra_info"] if isinstance(doc, dict) and "benchmarks" in doc else doc
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
             continue
-        if rec.get("status") != "ok" or any(rec.get(k) != spec[k] for k in SAME_SHAPE if k in rec):
+        if not isinstance(rec, dict) or rec.get("status") != "ok" or record.gate(rec, spec):
             continue
-        theirs = {k: (v or "").split("+")[0] or None for k, v in rec.get("versions", {}).items() if k in here}
+        got = rec.get("versions")
+        theirs = {k: (v or "").split("+")[0] or None for k, v in got.items() if k in here} \
+            if isinstance(got, dict) else None
         if theirs != here:
             continue
         return rec, str(path)
