@@ -2,7 +2,10 @@
 
     python -m bench.worker SPEC.json RECORD.json
 
-SPEC.json is one cell spec from bench.matrix. RECORD.json receives the run record
+SPEC.json is one cell spec from bench.matrix. The JSON files the cell is built from (model
+config, DeepSpeed config) are read once into a private folder and digested there
+(bench/inputs.pin): a digest that is not the spec's ``inputs_sha256`` is an ``error`` record,
+and ``details.inputs_read_sha256`` says what was read. RECORD.json receives the run record
 (bench/record.py), written atomically; the same JSON is the last line of stdout. Failures
 inside the step are data: an out-of-memory error gives status ``oom``, any other exception
 ``error`` with its last line. The worker exits 0 whenever it wrote a record.
@@ -23,10 +26,11 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 import traceback
 
-from bench import atomic, lifeline, ranks, record
+from bench import atomic, inputs, lifeline, ranks, record
 from bench.worker import alloctrace
 from bench.worker.progress import say
 
@@ -44,8 +48,13 @@ def main(spec_path: str, out_path: str) -> int:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = spec["knobs"]["alloc_conf"]
     rec = record.blank(spec)
     rec["started_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    read = {}
     try:
-        rec.update(run(spec))
+        with tempfile.TemporaryDirectory(prefix="ftmb-inputs-") as pinned:
+            run_spec = inputs.pin(spec, pinned)  # what is built is what is digested, or InputsChanged
+            read = run_spec.pop("_read_sha256")
+            rec.update(run(run_spec))
+        rec["details"]["inputs_read_sha256"] = read
         alloctrace.write(rec, out_path)  # the allocation trace beside the record, not in it
         rec["status"], rec["reason"] = "ok", ""
     except Skip as exc:
@@ -56,6 +65,8 @@ def main(spec_path: str, out_path: str) -> int:
         rec["reason"] = record.one_line(f"{beyond_sim}{type(exc).__name__}: {exc}")
         rec["log_tail"] = traceback.format_exc()[-4000:]
         rec["details"].update(getattr(exc, "details", {}))  # facts gathered before it failed
+        if read:
+            rec["details"]["inputs_read_sha256"] = read
     if rank is not None:
         rec["details"]["rank"] = rank
     rec["versions"] = versions()
