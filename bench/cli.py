@@ -163,11 +163,10 @@ def stored_fits(spec: dict, results: Path, gpu: str) -> tuple[dict, str] | tuple
             except OSError:
                 pass
             continue
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
+        doc, _why = fits_csv.read_doc(path)
+        if doc is None:
             continue
-        rows = doc.get("rows") or [{}]
+        rows = doc["rows"] or [{}]
         if doc.get("inputs_sha256") == spec["inputs_sha256"] and any(r.get("gpu") == gpu for r in rows) and \
                 (str(rows[0].get("seq_len")), str(rows[0].get("batch_size"))) == shape:
             return doc, str(path)

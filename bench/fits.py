@@ -337,7 +337,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cells = matrix.load(args.matrix)
     if args.collect is not None:
-        n = collect(args.collect, cells, Path(args.out))
+        n = collect(args.collect, cells, Path(args.out), say=lambda m: print(m, file=sys.stderr))
         print(f"{args.out}: {n} rows")
         return 0
     if args.cell not in cells:
