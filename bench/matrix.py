@@ -27,7 +27,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from bench import inputs, modelref
+from bench import inputs, modelref, yamlsafe
 from bench import techniques as tech
 from bench import workloads
 
@@ -51,7 +51,7 @@ _Validator = jsonschema.validators.extend(
     type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda _checker, v: type(v) is int))
 
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where built: the same rules, faster
+SAFE_LOADER = yamlsafe.StrictLoader  # libyaml's safe loader where built, refusing duplicate keys
 
 NAME_MAX = 255  # bytes in one file name (ext4, xfs, btrfs, APFS)
 # Every file name made from a cell id; the longest sets how long an id may be.
@@ -171,9 +171,17 @@ def _sans_study(spec: dict) -> dict:
 def _read_yaml(path: Path, what: str):
     """The document at ``path`` under YAML's safe loader: no tags that build Python objects."""
     try:
-        return yaml.load(path.read_text(), Loader=SAFE_LOADER)
+        return yamlsafe.load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise MatrixError(path, "", f"no such {what} file") from None
+    except UnicodeDecodeError as exc:
+        raise MatrixError(path, "", f"not UTF-8 text: byte {exc.object[exc.start]:#04x} at offset {exc.start}") from None
+    except OSError as exc:
+        raise MatrixError(path, "", f"cannot read the {what} file: {exc.strerror or exc}") from None
+    except yamlsafe.DuplicateKey as exc:
+        raise MatrixError(path, str(exc.key), str(exc)) from None
+    except yamlsafe.TooBig as exc:
+        raise MatrixError(path, exc.where, str(exc)) from None
     except yaml.YAMLError as exc:
         raise MatrixError(path, "", f"not valid YAML (safe subset, no Python tags): {_one_line(exc)}") from None
 
