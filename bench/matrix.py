@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 from pathlib import Path
 
 import jsonschema
@@ -41,6 +42,8 @@ def _schema() -> dict:
     for key, prop in schema["$defs"]["shape"]["properties"].items():
         if key in tech.MINIMUMS:
             prop["minimum"] = tech.MINIMUMS[key]
+        if key in tech.MAXIMUMS:
+            prop["maximum"] = tech.MAXIMUMS[key]
     return schema
 
 
@@ -233,6 +236,10 @@ def _expand(path, doc, study, body, models, gpus, digests):
             raise MatrixError(path, f"{where}.{key}", "not set here nor in defaults")
     shape.setdefault("timeout_s", 900)
     shape.setdefault("seed", 0)
+    for key, value in shape.items():   # NaN passes every schema comparison; infinity only the minimum
+        if isinstance(value, float) and not math.isfinite(value):
+            raise MatrixError(path, f"{where if key in body else 'defaults'}.{key}",
+                              f"{value} is not a finite number (limit {tech.MAXIMUMS.get(key, 'finite')})")
     ctx = {"path": path, "where": where, "mode": mode, "shape": shape, "gpus": gpus, "study_gpus": body["gpus"],
            "models": models, "published": body.get("published", {}),
            "options": {k: {**doc.get("technique_options", {}).get(k, {}), **v}
