@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 import traceback
+from pathlib import Path
 
 from bench import atomic, inputs, lifeline, ranks, record
 from bench.worker import alloctrace
@@ -55,7 +56,7 @@ def main(spec_path: str, out_path: str) -> int:
             read = run_spec.pop("_read_sha256")
             rec.update(run(run_spec))
         rec["details"]["inputs_read_sha256"] = read
-        alloctrace.write(rec, out_path)  # the allocation trace beside the record, not in it
+        write_trace(rec, out_path)  # the allocation trace beside the record, not in it
         rec["status"], rec["reason"] = "ok", ""
     except Skip as exc:
         rec["status"], rec["reason"] = "skipped", str(exc)
@@ -75,9 +76,29 @@ def main(spec_path: str, out_path: str) -> int:
     if rec["status"] != "ok":
         rec["host_peak_rss_bytes"] = host_rss_or_none()
     say(f"record: {rec['status']} {rec['reason']}".rstrip())
-    atomic.write_json(out_path, rec)
+    try:
+        atomic.write_json(out_path, rec)
+    except OSError as exc:  # a full disk: one line naming the path; the launcher's record says so
+        rec = dict(rec, status="error", reason=record.one_line(f"the record could not be written: {exc}"))
+        print(json.dumps(rec, sort_keys=True))
+        print(f"bench.worker: {exc}", file=sys.stderr)
+        return 1
     print(json.dumps(rec, sort_keys=True))
     return 1 if rank is not None and rec["status"] != "ok" else 0
+
+
+def write_trace(rec: dict, out_path) -> None:
+    """The allocation trace (and cuda snapshot) beside the record; a failed write (a full disk)
+    leaves no partial file and raises one line naming the path."""
+    try:
+        alloctrace.write(rec, out_path)
+    except OSError as exc:
+        rec.pop("_trace", None)
+        rec.pop("_cuda_snapshot", None)
+        made = [Path(f"{out_path}{suffix}") for suffix in (alloctrace.TRACE_SUFFIX, alloctrace.SNAPSHOT_SUFFIX)]
+        for path in made:
+            path.unlink(missing_ok=True)
+        raise OSError(exc.errno, f"cannot write the allocation trace {made[0]}: {exc.strerror or exc}") from exc
 
 
 def sim_cannot_run(exc: BaseException) -> str:
