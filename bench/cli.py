@@ -21,7 +21,9 @@ each line says where its answer came from. A simulation is deterministic, so a r
 is the one a new run would write. Torch-free.
 
 Bad input (an unknown model or GPU or technique, a negative or absurd shape) is one line on
-stderr naming what is wrong, exit status 2.
+stderr naming what is wrong, exit status 2. A technique whose simulation ended in an error or a
+time-out prints its reason and makes the exit status 1. An unwritable ``--results`` folder is
+a one-line warning: the answer is printed, not kept.
 """
 from __future__ import annotations
 
@@ -188,12 +190,13 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
                 continue
             if rec is None:
                 say(f"  simulating {cid} (warm worker) ...")
-                rec = pool.run_cell(spec, results / "logs" / "fit" / f"{cid}.log")
+                rec = pool.run_cell(spec, writable(results / "logs" / "fit" / f"{cid}.log", say))
                 rec.pop("_trace", None)
                 keep = record_paths(spec, results)[-1]
-                atomic.write_json(keep, rec)
-                where = f"simulated now (kept in {keep})"
+                where = f"simulated now (kept in {keep})" if keep_file(keep, rec, say) else "simulated now (not kept)"
             line.update(record=rec, source=where, verdict=(rec.get("verdicts") or {}).get(gpu, rec.get("status")))
+            if rec.get("status") != "ok" and rec.get("reason"):
+                line["reason"] = rec["reason"]
             doc, fits_from = stored_fits(spec, results, gpu)
             if doc is None and search and rec.get("status") == "ok":
                 say(f"  searching {cid} on {gpu} ...")
@@ -201,12 +204,35 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
                                   simulate_many=pool.run_many)
                 doc.update(cell=cid, inputs_sha256=spec["inputs_sha256"])
                 path = own_fits_path(spec, results, gpu)
-                atomic.write_json(path, doc)
-                fits_from = f"searched now ({len(doc['simulated'])} simulations, {doc['s']} s; kept in {path})"
+                kept = f"kept in {path}" if keep_file(path, doc, say) else "not kept"
+                fits_from = f"searched now ({len(doc['simulated'])} simulations, {doc['s']} s; {kept})"
             row = next((r for r in (doc or {}).get("rows", []) if r["gpu"] == gpu), None)
             line.update(fit=row, fits_source=fits_from if row else "not searched")
             out.append(line)
     return out
+
+
+def writable(log: Path, say) -> Path | None:
+    """``log`` if its folder can be written, else None (the worker's log goes to a temp file)
+    and a one-line warning: an unwritable --results folder costs the log, never the answer."""
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.touch()
+        return log
+    except OSError as exc:
+        say(f"ft-membench: warning: cannot write {log}: {exc.strerror or exc}; the worker's log is not kept")
+        return None
+
+
+def keep_file(path: Path, doc: dict, say) -> bool:
+    """Keep an answer for reuse; a failed write (unwritable folder, full disk) is a one-line
+    warning, and the answer is still given."""
+    try:
+        atomic.write_json(path, doc)
+        return True
+    except OSError as exc:
+        say(f"ft-membench: warning: {exc}; the answer is given but not kept")
+        return False
 
 
 def speed(rec: dict, gpu: str) -> str:
@@ -307,7 +333,11 @@ def main(argv=None) -> int:
     lines = answer(cells, args.gpu, Path(args.results), search=not args.no_search,
                    say=lambda m: print(m, file=sys.stderr), jobs=args.jobs)
     print(render(lines, args.gpu, profile, args.model, best=techniques is None))
-    return 0
+    failed = [ln for ln in lines if (ln.get("record") or {}).get("status") in ("error", "timeout")]
+    for ln in failed:   # the reason is on stdout under its line; said on stderr too, and the exit says it
+        print(f"ft-membench: {ln['technique']}: {ln['verdict']}: {ln.get('reason') or 'no reason given'}",
+              file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
