@@ -267,11 +267,22 @@ def _expand(path, doc, study, body, models, gpus, digests):
         combos.insert(0, (where, ["baseline"], tech.knobs(["baseline"])))
     excludes = body.get("exclude", [])
     device_axis = ["sim"] if mode == "sim" else body["gpus"]
+    used, kept = [False] * len(excludes), 0
     for entry, gpu, (key, names, knobs) in itertools.product(body["models"], device_axis, combos):
         model = models[entry]
-        if any(_excluded(rule, (entry, model.name), gpu, names) for rule in excludes):
+        hits = [i for i, rule in enumerate(excludes) if _excluded(rule, (entry, model.name), gpu, names)]
+        for i in hits:
+            used[i] = True
+        if hits:
             continue
+        kept += 1
         yield key, _spec(ctx, study, model, gpu, names, knobs)
+    for i, rule in enumerate(excludes):   # a typo in a rule would silently exclude nothing
+        if not used[i]:
+            raise MatrixError(path, f"{where}.exclude[{i}]", f"{json.dumps(rule, sort_keys=True)} matches no cell of "
+                              "the study: a misspelt model, gpu or technique?")
+    if not kept:
+        raise MatrixError(path, f"{where}.exclude", "excludes every cell of the study: nothing would run")
 
 
 def _excluded(rule: dict, model: tuple[str, str], gpu: str, names: list[str]) -> bool:
