@@ -88,12 +88,20 @@ def expand(path) -> list[tuple[str, dict]]:
     doc = _read_yaml(path, what="matrix")
     _check_schema(path, doc, SCHEMA)
     base = path.parent
-    models_dir = (base / doc.get("models_dir", "models")).resolve()
+    models_dir = _resolved(path, base / doc.get("models_dir", "models"), "models_dir")
     gpus = _load_gpus(path, base, doc)
     digests: dict = {}  # {file: digest}, each input file read once per load
     models = _resolve_models(path, doc, models_dir)
     return [out for study, body in doc["studies"].items()
             for out in _expand(path, doc, study, body, models, gpus, digests)]
+
+
+def _resolved(path, folder: Path, key: str) -> Path:
+    """``folder`` resolved; a symlink loop (or an unreadable link) is a MatrixError, not a traceback."""
+    try:
+        return folder.resolve()
+    except (RuntimeError, OSError) as exc:
+        raise MatrixError(path, key, f"{folder}: cannot be resolved ({exc}): a symlink loop?") from None
 
 
 def _resolve_models(path, doc: dict, models_dir: Path) -> dict[str, modelref.Model]:
@@ -244,7 +252,8 @@ def _expand(path, doc, study, body, models, gpus, digests):
            "models": models, "published": body.get("published", {}),
            "options": {k: {**doc.get("technique_options", {}).get(k, {}), **v}
                        for k, v in {"lora": {}, **body.get("technique_options", {})}.items()},
-           "ds_dir": (path.parent / doc.get("deepspeed_dir", "deepspeed")).resolve(), "digests": digests}
+           "ds_dir": _resolved(path, path.parent / doc.get("deepspeed_dir", "deepspeed"), "deepspeed_dir"),
+           "digests": digests}
     for i, gpu in enumerate(body["gpus"]):
         if gpu not in gpus:
             raise MatrixError(path, f"{where}.gpus[{i}]", f"unknown gpu {gpu!r} (known: {', '.join(sorted(gpus))})")
