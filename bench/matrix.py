@@ -309,7 +309,9 @@ def _spec(ctx: dict, study: str, model: modelref.Model, gpu: str, names: list[st
     device = ctx["gpus"][gpu] if mode != "sim" else None
     cell_options = {"lora": options.get("lora", {})} if knobs["adapter"] else {}
     inputs = _inputs(ctx, model, gpu, names, knobs, cell_options)  # reads (and validates) the model config first
-    bad = workloads.load_problem(model.path, knobs)
+    bad = workloads.load_problem(model.path, knobs) or (
+        f"model {model.source}: " + why if (why := workloads.config_problem(model.config, knobs["seq_len"]
+                                                                              or shape["seq_len"])) else "")
     if bad:
         raise MatrixError(path, f"{where}.techniques", f"{'+'.join(names)}: {bad}")
     ds = ctx["ds_dir"] / f"{knobs['dist']}.json"

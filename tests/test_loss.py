@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench import launch, matrix, record
+from bench import inputs, launch, matrix, record
 from tests.helpers import MATRIX_DIR
 from tests.test_record import CPU_STUDY, SIM_STUDY, ok_record, specs  # noqa: F401  (fixture)
 
@@ -44,13 +44,19 @@ def test_loss_is_required_from_record_version_2_only(specs):
 @pytest.mark.slow
 @pytest.mark.parametrize("bad", [{"rope_theta": 0}, {"rms_norm_eps": -10.0}])
 def test_a_config_that_trains_a_nan_loss_is_an_error_record(tmp_path, matrix_file, bad):
+    """The matrix refuses such configs (tests/test_degenerate_configs.py); this is the worker's own
+    guard, for what no check foresees: the spec is pointed at the config after the matrix loaded."""
     models = tmp_path / "models"
     models.mkdir()
-    cfg = json.loads((MATRIX_DIR / "models" / "tiny-llama.json").read_text()) | TINY_DIMS | bad
+    cfg = json.loads((MATRIX_DIR / "models" / "tiny-llama.json").read_text()) | TINY_DIMS
     (models / "nanny.json").write_text(json.dumps(cfg))
     path = matrix_file({"s": {"mode": "cpu", "models": ["nanny"], "gpus": ["cpu"], "techniques": ["baseline"]}},
                        models_dir=str(models))
-    rec = launch.run_cell(matrix.load(path)["nanny__cpu__baseline"], tmp_path / "w.log")
+    spec = matrix.load(path)["nanny__cpu__baseline"]
+    (models / "nan.json").write_text(json.dumps(cfg | bad))
+    spec = dict(spec, model_config=str(models / "nan.json"),
+                inputs_sha256=dict(spec["inputs_sha256"], model_config=inputs.digest(cfg | bad)))
+    rec = launch.run_cell(spec, tmp_path / "w.log")
     assert rec["status"] == "error", rec["reason"]
     assert "NonFiniteLoss" in rec["reason"] and "not finite" in rec["reason"]
     assert record.problems(rec) == []
