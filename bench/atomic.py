@@ -5,7 +5,9 @@
 
 How: write a temp file in the same folder, fsync it, then ``os.replace`` it over the target
 (atomic on POSIX within one file system). If anything fails, the temp file is removed and
-the old file is left as it was. Torch-free and dependency-free: the worker, the launcher,
+the old file is left as it was, and the error is a ``WriteError`` (an OSError, errno kept) whose
+one line names the path and the reason: a full disk (ENOSPC) or an unwritable folder (EACCES)
+leaves no partial file and says where. Torch-free and dependency-free: the worker, the launcher,
 the table and the report all write through here.
 """
 from __future__ import annotations
@@ -16,8 +18,28 @@ import tempfile
 from pathlib import Path
 
 
+class WriteError(OSError):
+    """A write that failed: ``str()`` is one line naming the file and the reason."""
+
+    def __init__(self, path, exc: OSError):
+        super().__init__(exc.errno, f"cannot write {path}: {exc.strerror or exc}")
+        self.path = str(path)
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
 def write_text(path: str | os.PathLike, text: str) -> None:
     path = Path(path)
+    try:
+        _write_text(path, text)
+    except WriteError:
+        raise
+    except OSError as exc:
+        raise WriteError(path, exc) from exc
+
+
+def _write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

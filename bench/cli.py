@@ -15,13 +15,15 @@ It shares all its code with the matrix path: the spec comes from bench.matrix (a
 matrix written for the question), a missing simulation runs in the warm sim worker
 (bench/simpool.py) exactly as the cell's Snakemake job would, and the searches are
 bench.fits'. Answers already computed are reused, never approximated: a cell record in
-``results/cells`` or ``results/reference/cells`` made from the same inputs (inputs_sha256,
-shape) by the same library versions, and a search in ``results/fits/`` for the same inputs;
+``results/cells`` or ``results/reference/cells`` that passes the record gate (bench/record.gate:
+the contract, and the same inputs_sha256, knobs and shape) made by the same library versions, and a search in ``results/fits/`` for the same inputs;
 each line says where its answer came from. A simulation is deterministic, so a reused record
 is the one a new run would write. Torch-free.
 
 Bad input (an unknown model or GPU or technique, a negative or absurd shape) is one line on
-stderr naming what is wrong, exit status 2.
+stderr naming what is wrong, exit status 2. A technique whose simulation ended in an error or a
+time-out prints its reason and makes the exit status 1. An unwritable ``--results`` folder is
+a one-line warning: the answer is printed, not kept.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ from pathlib import Path
 
 import yaml
 
-from bench import atomic, fits, fits_csv, inputs, matrix, verdicts
+from bench import atomic, fits, fits_csv, inputs, matrix, record, verdicts
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STUDY = "sim-7b-8b"  # its techniques are the default list
@@ -93,9 +95,6 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
     return cells
 
 
-SAME_SHAPE = ("inputs_sha256", "batch_size", "seq_len", "steps", "warmup_steps", "seed", "knobs", "options")
-
-
 def versions() -> dict:
     """The library versions and the engine's code digest a reused record must share."""
     out = {"ft_membench_engine": inputs.engine_digest()}
@@ -116,16 +115,20 @@ def record_paths(spec: dict, results: Path) -> list[Path]:
 
 
 def stored_record(spec: dict, paths: list[Path], here: dict) -> tuple[dict, str] | tuple[None, None]:
-    """A record of this cell with the same inputs, shape and library versions, and where."""
+    """An ok record of this cell that passes the record gate against ``spec`` (record.gate: the
+    contract, the same inputs, knobs and shape) and was made by the same library versions, and
+    where. A record that fails the gate is passed over, never answered from."""
     for path in paths:
         try:
             doc = json.loads(path.read_text())
-            rec = doc["benchmarks"][0]["extra_info"] if "benchmarks" in doc else doc
-        except (OSError, ValueError, KeyError, IndexError):
+            rec = doc["benchmarks"][0]["extra_info"] if isinstance(doc, dict) and "benchmarks" in doc else doc
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
             continue
-        if rec.get("status") != "ok" or any(rec.get(k) != spec[k] for k in SAME_SHAPE if k in rec):
+        if not isinstance(rec, dict) or rec.get("status") != "ok" or record.gate(rec, spec):
             continue
-        theirs = {k: (v or "").split("+")[0] or None for k, v in rec.get("versions", {}).items() if k in here}
+        got = rec.get("versions")
+        theirs = {k: (v or "").split("+")[0] or None for k, v in got.items() if k in here} \
+            if isinstance(got, dict) else None
         if theirs != here:
             continue
         return rec, str(path)
@@ -163,11 +166,10 @@ def stored_fits(spec: dict, results: Path, gpu: str) -> tuple[dict, str] | tuple
             except OSError:
                 pass
             continue
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
+        doc, _why = fits_csv.read_doc(path)
+        if doc is None:
             continue
-        rows = doc.get("rows") or [{}]
+        rows = doc["rows"] or [{}]
         if doc.get("inputs_sha256") == spec["inputs_sha256"] and any(r.get("gpu") == gpu for r in rows) and \
                 (str(rows[0].get("seq_len")), str(rows[0].get("batch_size"))) == shape:
             return doc, str(path)
@@ -189,12 +191,13 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
                 continue
             if rec is None:
                 say(f"  simulating {cid} (warm worker) ...")
-                rec = pool.run_cell(spec, results / "logs" / "fit" / f"{cid}.log")
+                rec = pool.run_cell(spec, writable(results / "logs" / "fit" / f"{cid}.log", say))
                 rec.pop("_trace", None)
                 keep = record_paths(spec, results)[-1]
-                atomic.write_json(keep, rec)
-                where = f"simulated now (kept in {keep})"
+                where = f"simulated now (kept in {keep})" if keep_file(keep, rec, say) else "simulated now (not kept)"
             line.update(record=rec, source=where, verdict=(rec.get("verdicts") or {}).get(gpu, rec.get("status")))
+            if rec.get("status") != "ok" and rec.get("reason"):
+                line["reason"] = rec["reason"]
             doc, fits_from = stored_fits(spec, results, gpu)
             if doc is None and search and rec.get("status") == "ok":
                 say(f"  searching {cid} on {gpu} ...")
@@ -202,12 +205,35 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
                                   simulate_many=pool.run_many)
                 doc.update(cell=cid, inputs_sha256=spec["inputs_sha256"])
                 path = own_fits_path(spec, results, gpu)
-                atomic.write_json(path, doc)
-                fits_from = f"searched now ({len(doc['simulated'])} simulations, {doc['s']} s; kept in {path})"
+                kept = f"kept in {path}" if keep_file(path, doc, say) else "not kept"
+                fits_from = f"searched now ({len(doc['simulated'])} simulations, {doc['s']} s; {kept})"
             row = next((r for r in (doc or {}).get("rows", []) if r["gpu"] == gpu), None)
             line.update(fit=row, fits_source=fits_from if row else "not searched")
             out.append(line)
     return out
+
+
+def writable(log: Path, say) -> Path | None:
+    """``log`` if its folder can be written, else None (the worker's log goes to a temp file)
+    and a one-line warning: an unwritable --results folder costs the log, never the answer."""
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.touch()
+        return log
+    except OSError as exc:
+        say(f"ft-membench: warning: cannot write {log}: {exc.strerror or exc}; the worker's log is not kept")
+        return None
+
+
+def keep_file(path: Path, doc: dict, say) -> bool:
+    """Keep an answer for reuse; a failed write (unwritable folder, full disk) is a one-line
+    warning, and the answer is still given."""
+    try:
+        atomic.write_json(path, doc)
+        return True
+    except OSError as exc:
+        say(f"ft-membench: warning: {exc}; the answer is given but not kept")
+        return False
 
 
 def speed(rec: dict, gpu: str) -> str:
@@ -315,7 +341,11 @@ def main(argv=None) -> int:
     lines = answer(cells, args.gpu, Path(args.results), search=not args.no_search,
                    say=lambda m: print(m, file=sys.stderr), jobs=args.jobs)
     print(render(lines, args.gpu, profile, args.model, best=techniques is None))
-    return 0
+    failed = [ln for ln in lines if (ln.get("record") or {}).get("status") in ("error", "timeout")]
+    for ln in failed:   # the reason is on stdout under its line; said on stderr too, and the exit says it
+        print(f"ft-membench: {ln['technique']}: {ln['verdict']}: {ln.get('reason') or 'no reason given'}",
+              file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -46,6 +46,10 @@ def pytest_configure(config):
         return
     if config.getoption("cell") is None:
         raise pytest.UsageError("--cell-out needs --cell ID")
+    try:  # pytest-benchmark's JSON goes beside it first: a missing folder would cost the record
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise pytest.UsageError(f"--cell-out {out}: cannot create its folder: {exc.strerror or exc}") from None
     if not config.getoption("benchmark_json"):  # pytest-benchmark writes here; we move it to --cell-out
         config.option.benchmark_json = Path(f"{out}.bench.tmp")
     lifeline.watch_parent()

@@ -43,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import atomic, interp, replay, verdicts
+from bench import atomic, interp, record, replay, verdicts
 from bench.fits_csv import BATCH_LIMIT, RESOLUTION_TOKENS, collect, row, seq_limit
 
 EXACT_BUDGET = 6  # full simulations per axis where interpolation is not exact
@@ -308,10 +308,10 @@ def _reuse(spec: dict, results: Path):
     try:
         doc = json.loads(cell.read_text())
         rec = doc.get("benchmarks", [{}])[0].get("extra_info", doc) if "benchmarks" in doc else doc
-        if rec.get("inputs_sha256") != spec["inputs_sha256"] or rec.get("status") != "ok":
+        if not isinstance(rec, dict) or rec.get("status") != "ok" or record.gate(rec, spec):
             return None
         return replay.load(trace), rec["modelled_reserved_peak_bytes"]
-    except (OSError, ValueError, KeyError, IndexError):
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None
 
 
@@ -337,7 +337,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cells = matrix.load(args.matrix)
     if args.collect is not None:
-        n = collect(args.collect, cells, Path(args.out))
+        n = collect(args.collect, cells, Path(args.out), say=lambda m: print(m, file=sys.stderr))
         print(f"{args.out}: {n} rows")
         return 0
     if args.cell not in cells:

@@ -69,20 +69,47 @@ def answer_text(row: dict, axis: str) -> str:
     return shape
 
 
-def collect(paths, cells: dict, out: Path) -> int:
-    """results/fits.csv from the per-cell files, in matrix order; a sim cell without its file
-    is an error row."""
-    docs = {}
+def read_doc(path: Path) -> tuple[dict | None, str]:
+    """A per-cell search file, or None and why it cannot be used (never raises)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+    if not isinstance(doc, dict) or not isinstance(doc.get("cell"), str) or not isinstance(doc.get("rows"), list) \
+            or not all(isinstance(r, dict) and isinstance(r.get("gpu"), str) for r in doc["rows"]):
+        return None, "not a search file (an object with cell and rows, one per GPU)"
+    return doc, ""
+
+
+def set_aside(path: Path, why: str, say) -> None:
+    """A corrupt search file is renamed to <name>.corrupt (kept as evidence), so that Snakemake
+    sees its output missing and searches the cell again on the next run."""
+    say(f"bench.fits: {path}: unusable ({why}); moved to {path.name}.corrupt, rerun to search again")
+    try:
+        Path(path).replace(Path(path).with_name(Path(path).name + ".corrupt"))
+    except OSError as exc:
+        say(f"bench.fits: {path}: could not move it aside: {exc}")
+
+
+def collect(paths, cells: dict, out: Path, say=print) -> int:
+    """results/fits.csv from the per-cell files, in matrix order; a sim cell without its file,
+    or whose file is corrupt (an error row naming the file and why; the file is set aside), is
+    an error row. The table is written whatever the files hold."""
+    docs, bad = {}, {}
     for p in paths:
-        doc = json.loads(Path(p).read_text())
-        docs[doc["cell"]] = doc
+        doc, why = read_doc(Path(p))
+        if doc is None:
+            bad[Path(p).stem] = f"corrupt fits file {p}: {why}"
+            set_aside(Path(p), why, say)
+        else:
+            docs[doc["cell"]] = doc
     rows = []
     for cid, spec in cells.items():
         if spec["mode"] != "sim":
             continue
         doc = docs.get(cid)
         if doc is None or doc.get("inputs_sha256") != spec["inputs_sha256"]:
-            why = "no fits file" if doc is None else "fits file made from other inputs"
+            why = bad.get(cid, "no fits file") if doc is None else "fits file made from other inputs"
             # no inputs digest: the row answers nothing about these inputs (bench/cli.py skips it)
             rows += [dict(row(spec, g, {}, reason=why), inputs_sha256=None) for g in spec["verdict_gpus"]]
         else:

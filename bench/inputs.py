@@ -49,3 +49,51 @@ def engine_digest() -> str:
     for p in files:
         h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16]
+
+
+# -- what the worker read (issue 25) -------------------------------------------------------
+
+class InputsChanged(RuntimeError):
+    """A file the cell is built from is not what the matrix digested: the record would claim
+    inputs it was not made from."""
+
+
+def pin(spec: dict, folder) -> dict:
+    """The spec the worker runs: each JSON input (the model config; the DeepSpeed config) read
+    once, copied into ``folder`` and digested there, so what is built is exactly what was
+    digested; the spec points at the copies. A model with its own code (trust_remote_code) is
+    digested in place (its code imports files beside it). Adds ``_read_sha256`` ({input:
+    digest}); raises ``InputsChanged`` where a digest is not the spec's ``inputs_sha256``."""
+    from pathlib import Path
+    folder = Path(folder)
+    out, read = dict(spec), {}
+    want = spec.get("inputs_sha256") or {}
+    if spec.get("model_config") and not spec.get("trust_remote_code") and Path(spec["model_config"]).is_file():
+        out["model_config"], read["model_config"] = _copy_json(Path(spec["model_config"]), folder / "model_config.json")
+    elif spec.get("model_config"):
+        read["model_config"] = _model_digest_in_place(spec)
+    if spec.get("ds_config"):
+        out["ds_config"], read["ds_config"] = _copy_json(Path(spec["ds_config"]), folder / "ds_config.json")
+    changed = [f"{k} ({spec['model_config'] if k == 'model_config' else spec['ds_config']}) digests to "
+               f"{read[k][:12]}, the spec says {want[k][:12]}" for k in read if want.get(k) and read[k] != want[k]]
+    if changed:
+        raise InputsChanged("the worker read other inputs than the matrix digested (a file changed after the "
+                            f"matrix loaded): {'; '.join(changed)}: rerun the cell")
+    out["_read_sha256"] = read
+    return out
+
+
+def _copy_json(src, dst):
+    text = src.read_bytes()
+    dst.write_bytes(text)
+    return str(dst), digest(json.loads(text))
+
+
+def _model_digest_in_place(spec: dict) -> str:
+    from pathlib import Path
+    path = Path(spec["model_config"])
+    config = json.loads((path / "config.json" if path.is_dir() else path).read_text())
+    if not spec.get("trust_remote_code"):
+        return digest(config)
+    code = {p.name: digest(p.read_text()) for p in sorted(path.parent.glob("*.py"))}
+    return digest({"config": config, "code": code})

@@ -22,12 +22,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 from pathlib import Path
 
 import jsonschema
 import yaml
 
-from bench import inputs, modelref
+from bench import inputs, modelref, yamlsafe
 from bench import techniques as tech
 from bench import workloads
 
@@ -41,6 +42,8 @@ def _schema() -> dict:
     for key, prop in schema["$defs"]["shape"]["properties"].items():
         if key in tech.MINIMUMS:
             prop["minimum"] = tech.MINIMUMS[key]
+        if key in tech.MAXIMUMS:
+            prop["maximum"] = tech.MAXIMUMS[key]
     return schema
 
 
@@ -51,7 +54,7 @@ _Validator = jsonschema.validators.extend(
     type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
         "integer", lambda _checker, v: type(v) is int))
 
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where built: the same rules, faster
+SAFE_LOADER = yamlsafe.StrictLoader  # libyaml's safe loader where built, refusing duplicate keys
 
 NAME_MAX = 255  # bytes in one file name (ext4, xfs, btrfs, APFS)
 # Every file name made from a cell id; the longest sets how long an id may be.
@@ -85,12 +88,20 @@ def expand(path) -> list[tuple[str, dict]]:
     doc = _read_yaml(path, what="matrix")
     _check_schema(path, doc, SCHEMA)
     base = path.parent
-    models_dir = (base / doc.get("models_dir", "models")).resolve()
+    models_dir = _resolved(path, base / doc.get("models_dir", "models"), "models_dir")
     gpus = _load_gpus(path, base, doc)
     digests: dict = {}  # {file: digest}, each input file read once per load
     models = _resolve_models(path, doc, models_dir)
     return [out for study, body in doc["studies"].items()
             for out in _expand(path, doc, study, body, models, gpus, digests)]
+
+
+def _resolved(path, folder: Path, key: str) -> Path:
+    """``folder`` resolved; a symlink loop (or an unreadable link) is a MatrixError, not a traceback."""
+    try:
+        return folder.resolve()
+    except (RuntimeError, OSError) as exc:
+        raise MatrixError(path, key, f"{folder}: cannot be resolved ({exc}): a symlink loop?") from None
 
 
 def _resolve_models(path, doc: dict, models_dir: Path) -> dict[str, modelref.Model]:
@@ -171,9 +182,17 @@ def _sans_study(spec: dict) -> dict:
 def _read_yaml(path: Path, what: str):
     """The document at ``path`` under YAML's safe loader: no tags that build Python objects."""
     try:
-        return yaml.load(path.read_text(), Loader=SAFE_LOADER)
+        return yamlsafe.load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise MatrixError(path, "", f"no such {what} file") from None
+    except UnicodeDecodeError as exc:
+        raise MatrixError(path, "", f"not UTF-8 text: byte {exc.object[exc.start]:#04x} at offset {exc.start}") from None
+    except OSError as exc:
+        raise MatrixError(path, "", f"cannot read the {what} file: {exc.strerror or exc}") from None
+    except yamlsafe.DuplicateKey as exc:
+        raise MatrixError(path, str(exc.key), str(exc)) from None
+    except yamlsafe.TooBig as exc:
+        raise MatrixError(path, exc.where, str(exc)) from None
     except yaml.YAMLError as exc:
         raise MatrixError(path, "", f"not valid YAML (safe subset, no Python tags): {_one_line(exc)}") from None
 
@@ -225,11 +244,16 @@ def _expand(path, doc, study, body, models, gpus, digests):
             raise MatrixError(path, f"{where}.{key}", "not set here nor in defaults")
     shape.setdefault("timeout_s", 900)
     shape.setdefault("seed", 0)
+    for key, value in shape.items():   # NaN passes every schema comparison; infinity only the minimum
+        if isinstance(value, float) and not math.isfinite(value):
+            raise MatrixError(path, f"{where if key in body else 'defaults'}.{key}",
+                              f"{value} is not a finite number (limit {tech.MAXIMUMS.get(key, 'finite')})")
     ctx = {"path": path, "where": where, "mode": mode, "shape": shape, "gpus": gpus, "study_gpus": body["gpus"],
            "models": models, "published": body.get("published", {}),
            "options": {k: {**doc.get("technique_options", {}).get(k, {}), **v}
                        for k, v in {"lora": {}, **body.get("technique_options", {})}.items()},
-           "ds_dir": (path.parent / doc.get("deepspeed_dir", "deepspeed")).resolve(), "digests": digests}
+           "ds_dir": _resolved(path, path.parent / doc.get("deepspeed_dir", "deepspeed"), "deepspeed_dir"),
+           "digests": digests}
     for i, gpu in enumerate(body["gpus"]):
         if gpu not in gpus:
             raise MatrixError(path, f"{where}.gpus[{i}]", f"unknown gpu {gpu!r} (known: {', '.join(sorted(gpus))})")
@@ -252,11 +276,22 @@ def _expand(path, doc, study, body, models, gpus, digests):
         combos.insert(0, (where, ["baseline"], tech.knobs(["baseline"])))
     excludes = body.get("exclude", [])
     device_axis = ["sim"] if mode == "sim" else body["gpus"]
+    used, kept = [False] * len(excludes), 0
     for entry, gpu, (key, names, knobs) in itertools.product(body["models"], device_axis, combos):
         model = models[entry]
-        if any(_excluded(rule, (entry, model.name), gpu, names) for rule in excludes):
+        hits = [i for i, rule in enumerate(excludes) if _excluded(rule, (entry, model.name), gpu, names)]
+        for i in hits:
+            used[i] = True
+        if hits:
             continue
+        kept += 1
         yield key, _spec(ctx, study, model, gpu, names, knobs)
+    for i, rule in enumerate(excludes):   # a typo in a rule would silently exclude nothing
+        if not used[i]:
+            raise MatrixError(path, f"{where}.exclude[{i}]", f"{json.dumps(rule, sort_keys=True)} matches no cell of "
+                              "the study: a misspelt model, gpu or technique?")
+    if not kept:
+        raise MatrixError(path, f"{where}.exclude", "excludes every cell of the study: nothing would run")
 
 
 def _excluded(rule: dict, model: tuple[str, str], gpu: str, names: list[str]) -> bool:
@@ -274,7 +309,9 @@ def _spec(ctx: dict, study: str, model: modelref.Model, gpu: str, names: list[st
     device = ctx["gpus"][gpu] if mode != "sim" else None
     cell_options = {"lora": options.get("lora", {})} if knobs["adapter"] else {}
     inputs = _inputs(ctx, model, gpu, names, knobs, cell_options)  # reads (and validates) the model config first
-    bad = workloads.load_problem(model.path, knobs)
+    bad = workloads.load_problem(model.path, knobs) or (
+        f"model {model.source}: " + why if (why := workloads.config_problem(model.config, knobs["seq_len"]
+                                                                              or shape["seq_len"])) else "")
     if bad:
         raise MatrixError(path, f"{where}.techniques", f"{'+'.join(names)}: {bad}")
     ds = ctx["ds_dir"] / f"{knobs['dist']}.json"

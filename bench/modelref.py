@@ -99,8 +99,7 @@ def check_all(models: list[Model]) -> list[Model]:
     """``models`` with transformers' answer on each config: a ModelError for the first one it
     cannot read, else each with its causal-LM class (or the reason it has none)."""
     version = _transformers_version()
-    keys = [inputs.digest({"model": m.digest(), "trust": m.trust_remote_code, "transformers": version})
-            for m in models]
+    keys = [check_key(m, version) for m in models]
     answers = {k: _cached(k) for k in keys}
     todo = [(k, m) for k, m in zip(keys, models) if answers[k] is None]
     if todo:
@@ -116,6 +115,16 @@ def check_all(models: list[Model]) -> list[Model]:
         out.append(Model(m.name, m.config, m.source, m.path, m.trust_remote_code,
                          causal_lm=answer["causal_lm"], skip_reason=answer.get("why", "")))
     return out
+
+
+def check_key(m: Model, version: str) -> str:
+    """The config-check cache key: the config's content, the transformers version and, for a
+    model with its own code, the folder it is read from (its code imports what lies beside it,
+    beyond the *.py files the digest covers), so one folder's answer never answers another's."""
+    key = {"model": m.digest(), "trust": m.trust_remote_code, "transformers": version}
+    if m.trust_remote_code:
+        key["folder"] = str(Path(m.path).parent.resolve())
+    return inputs.digest(key)
 
 
 def slug(text: str) -> str:

@@ -32,12 +32,27 @@ Contract (every key is always present; a number that was not measured is ``None`
   facts a technique proved about itself, e.g. the optimizer state dtype; the keys the report
   reads are ``REPORT_DETAILS``, with the records that must carry them)
 
-``problems(rec)`` checks all of this; the table (report/table.py) turns a record that fails
-it into an ``error`` row saying why, so a record that breaks the contract never shows as ok.
+- version: ``record_version`` (``RECORD_VERSION``; absent in records older than version 2,
+  which read as version 1). From version 2 an ok training record carries its loss:
+  ``details.final_loss`` (the last step's loss, a finite number; ``None`` in sim, where fake
+  tensors carry no values, with ``details.loss_check`` saying what stands in) and
+  ``details.losses`` (one per step). In every version, an ok record whose loss is not finite
+  breaks the contract.
+
+``problems(rec)`` checks all of this. ``gate(rec, spec)`` is the one gate every reader of a
+record goes through (the table, the CLI, the fits search and collector, the comparison page):
+the contract, and, given the cell spec the reader answers for, the inputs (``inputs_problems``:
+the same input digests, knobs, shape and capacities). A record that fails it never shows as
+ok and no answer is built from it.
 """
 from __future__ import annotations
 
+import json
+import math
+
 from bench import techniques
+
+RECORD_VERSION = 2  # 2: the loss is part of an ok training record (issue 25); 1: records without the key
 
 STATUSES = ("ok", "oom", "error", "timeout", "skipped")
 MODES = ("cpu", "cuda", "sim")
@@ -64,6 +79,8 @@ FIELDS = (
     "verdicts", "versions", "machine", "started_at", "wall_s", "details",
     "modelled_reserved_peak_bytes", "allocator_model",
 )
+# Fields added after records were first kept: present in every new record, absent in older ones.
+LATER_FIELDS = ("record_version",)
 # The fields a record takes from its cell spec (blank() sets them before anything runs).
 SPEC_FIELDS = ("cell", "study", "baseline_cell", "model", "gpu", "techniques", "knobs", "mode",
                "provenance", "world_size", "batch_size", "seq_len", "steps", "warmup_steps",
@@ -127,6 +144,7 @@ _MUST = {
 def blank(spec: dict) -> dict:
     """A record for ``spec`` (a cell spec from bench.matrix) with nothing measured yet."""
     rec = {k: None for k in FIELDS}
+    rec["record_version"] = RECORD_VERSION
     rec.update(
         cell=spec["cell"], study=spec.get("study"), baseline_cell=spec.get("baseline_cell"),
         model=spec["model"], gpu=spec["gpu"],
@@ -155,7 +173,7 @@ def orphan(cell: str, reason: str) -> dict:
     or no longer has the cell): only the id and the reason are known."""
     rec = {k: None for k in FIELDS}
     rec.update(cell=cell, status="error", reason=one_line(reason), techniques=[], log_tail="", details={},
-               versions={}, machine={})
+               versions={}, machine={}, record_version=RECORD_VERSION)
     return rec
 
 
@@ -174,12 +192,12 @@ def problems(rec) -> list[str]:
     out = [f"missing key {k!r}" for k in FIELDS if k not in rec]
     if out:
         return out
-    out = _identity_problems(rec)
+    out = _identity_problems(rec) + _version_problems(rec)
     if not _readable(rec):  # the checks below read mode, knobs, the shape and the status
         return out
     out += _number_problems(rec)
     if rec["status"] == "ok":
-        out += _ok_problems(rec)
+        out += _ok_problems(rec) + _loss_problems(rec)
     elif not rec["reason"]:
         out.append(f"status {rec['status']!r} without a reason")
     return out + _details_problems(rec)
@@ -323,3 +341,83 @@ def _speed_problems(details: dict) -> list[str]:
                                             or est["step_s"] <= 0):
             out.append(f"details.speed_model.{gpu}.step_s {est['step_s']!r} is not a positive number")
     return out
+
+
+def version(rec: dict) -> int:
+    """The record's contract version (a record without ``record_version`` is version 1)."""
+    return rec.get("record_version", 1)
+
+
+def _version_problems(rec: dict) -> list[str]:
+    v = version(rec)
+    if not _count(v) or not 1 <= v <= RECORD_VERSION:
+        return [f"record_version {v!r} is not a version this code reads (1 to {RECORD_VERSION})"]
+    return []
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _loss_problems(rec: dict) -> list[str]:
+    """An ok record's loss: finite wherever it is given (every version); present on a training
+    record from version 2 (sim: None, and details.loss_check says what stands in)."""
+    details = rec["details"]
+    if not isinstance(details, dict):
+        return []
+    out = []
+    losses = details.get("losses")
+    if losses is not None and not (isinstance(losses, list) and all(x is None or _finite(x) for x in losses)):
+        out.append(f"details.losses {losses!r} holds a loss that is not a finite number: the step did not train")
+    if "final_loss" not in details:
+        if version(rec) >= 2 and _workload(rec) == "train":
+            out.append("details.final_loss missing on an ok training record (record version 2 carries its loss)")
+        return out
+    loss = details["final_loss"]
+    if loss is None:
+        if rec["mode"] != "sim":
+            out.append(f"details.final_loss is None on an ok {rec['mode']} record: the loss was measured")
+        elif not isinstance(details.get("loss_check"), str) or not details["loss_check"]:
+            out.append("details.final_loss is None and details.loss_check does not say what stands in")
+    elif not _finite(loss):
+        out.append(f"details.final_loss {loss!r} is not a finite number: the step did not train")
+    return out
+
+
+# The spec fields a record must share with the spec a reader answers for (who ran it in which
+# study is not part of what was measured).
+INPUT_FIELDS = tuple(k for k in SPEC_FIELDS if k not in ("study", "baseline_cell"))
+
+
+def inputs_problems(rec: dict, spec: dict) -> list[str]:
+    """How ``rec`` was made from other inputs than ``spec`` (a cell spec from bench.matrix):
+    its input digests, knobs, shape or capacities differ. A record without input digests
+    matches nothing. Empty when it answers for ``spec``."""
+    want = blank(spec)
+    have = rec.get("inputs_sha256")
+    if not isinstance(have, dict) or (not have and want["inputs_sha256"]):
+        return [f"inputs_sha256 {have!r} names no inputs: what the record was made from is unknown"]
+    out = []
+    for k in INPUT_FIELDS:
+        if rec.get(k) == want[k]:
+            continue
+        if k == "inputs_sha256":
+            changed = sorted(x for x in set(have) | set(want[k]) if have.get(x) != want[k].get(x))
+            out.append(f"made from other inputs than the matrix's now (changed: {', '.join(changed)}): stale, rerun it")
+        else:
+            out.append(f"{k} is {json.dumps(rec.get(k), sort_keys=True, default=str)}, the matrix says "
+                       f"{json.dumps(want[k], sort_keys=True, default=str)}")
+    return out
+
+
+def gate(rec, spec: dict | None = None) -> list[str]:
+    """The one check before any use of a record: the contract (``problems``) and, given the cell
+    spec the reader answers for, the inputs (``inputs_problems``). Empty: the record may be
+    used; otherwise each reason it may not. Never raises."""
+    out = problems(rec)
+    if out or spec is None:
+        return out
+    try:
+        return inputs_problems(rec, spec)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        return [f"the cell spec it is checked against is not a cell spec ({type(exc).__name__}: {exc})"]

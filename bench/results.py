@@ -4,7 +4,9 @@ Torch-free; used by ``bench.reproduce`` and ``report.versus``. ``read(dir)`` nev
 bad content: every file that cannot be used becomes a ``Problem`` naming the file and what is
 wrong with it (missing folder, no cells, truncated or corrupt JSON, no benchmark or no record
 inside, a record that breaks the contract of bench/record.py, a record filed under another
-cell's name). A caller that finds problems must say its result is incomplete.
+cell's name, a record that fails the record gate, bench/record.gate: its contract, and its inputs
+against the cell spec stored beside it). A caller that finds problems must say its result is
+incomplete.
 """
 from __future__ import annotations
 
@@ -89,14 +91,18 @@ def read_one(rs: ResultSet, path: Path) -> None:
     if rec["cell"] != path.stem:
         rs.problems.append(Problem(name, f"holds the record of cell {rec['cell']!r}, not {path.stem!r}"))
         return
-    broken = record.problems(rec)
+    params = bench[0].get("params")
+    spec = params.get("cell_spec") if isinstance(params, dict) else None
+    spec = spec if isinstance(spec, dict) else None
+    broken = record.gate(rec, spec)  # the contract, and the inputs against the spec the file says it ran
     if broken:
-        rs.problems.append(Problem(name, "breaks the record contract: " + "; ".join(broken)))
+        what = "does not match the cell spec it was run from" if not record.problems(rec) else \
+            "breaks the record contract"
+        rs.problems.append(Problem(name, f"{what}: " + "; ".join(broken)))
         return
     rs.records[rec["cell"]] = rec
     rs.docs[rec["cell"]] = doc
-    spec = (bench[0].get("params") or {}).get("cell_spec")
-    if isinstance(spec, dict):
+    if spec:
         rs.specs[rec["cell"]] = spec
 
 

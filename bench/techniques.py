@@ -240,6 +240,12 @@ CATALOG: dict[str, Technique] = dict([
 # A causal LM predicts token t+1 from token t: one token leaves no target, and its loss is
 # NaN (an ok-looking step that trains nothing), so a sequence needs two.
 MINIMUMS = {"batch_size": 1, "seq_len": 2, "steps": 1, "warmup_steps": 1, "accum": 1, "world_size": 1}
+# The largest: what one cell may ask for before anything runs (issue 25: w10000 would start 10000
+# ranks; s1000000000 allocated 15 GiB of real memory before the budget acted). Far above any
+# study here (world size 8, sequences of 128k tokens), far below what would take the machine down.
+MAXIMUMS = {"batch_size": 1 << 16, "seq_len": 1 << 20, "steps": 10_000, "warmup_steps": 10_000, "accum": 1 << 16,
+            "world_size": 256, "new_tokens": 1 << 20, "max_model_len": 1 << 22, "max_batched_tokens": 1 << 22,
+            "timeout_s": 7 * 24 * 3600}
 
 
 def _numbered(prefix: str, knob: str, summary: str, **kw):
@@ -302,7 +308,11 @@ def lookup(name: str) -> Technique:
     for pattern, make in PATTERNS.items():
         m = pattern.fullmatch(name)
         if m:
-            return make(int(m.group(1)))
+            tech = make(int(m.group(1)))
+            for knob, value in tech.sets.items():
+                if knob in MAXIMUMS and value > MAXIMUMS[knob]:
+                    raise ValueError(f"{name} sets {knob} to {value}, above its limit of {MAXIMUMS[knob]}")
+            return tech
     for pattern, make in DECIMAL_PATTERNS.items():
         m = pattern.fullmatch(name)
         if m:

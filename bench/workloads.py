@@ -78,6 +78,34 @@ def load_problem(config_path, knobs: dict) -> str:
     return ""
 
 
+EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+
+def config_problem(config: dict, seq_len: int) -> str:
+    """Why a model config cannot give a meaningful training step ('' when it can): no layers,
+    a mixture of no experts (or routing to more than there are), a rotary base or norm epsilon
+    that is not positive (the loss is NaN), a sequence beyond the model's context."""
+    cfg = config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config
+    layers = cfg.get("num_hidden_layers")
+    if isinstance(layers, int) and layers < 1:
+        return f"num_hidden_layers is {layers}: a model without layers trains nothing"
+    for key in EXPERT_KEYS:
+        n = cfg.get(key)
+        if isinstance(n, int) and not isinstance(n, bool) and n < 1:
+            return f"{key} is {n}: a mixture of experts without experts"
+        per = cfg.get("num_experts_per_tok")
+        if isinstance(n, int) and n >= 1 and isinstance(per, int) and per > n:
+            return f"num_experts_per_tok {per} is more than {key} {n}"
+    for key in ("rope_theta", "rms_norm_eps", "layer_norm_eps"):
+        v = cfg.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not v > 0:
+            return f"{key} is {v}: it must be positive (the step's loss would be NaN)"
+    ctx = cfg.get("max_position_embeddings")
+    if isinstance(ctx, int) and ctx > 0 and seq_len > ctx:
+        return f"sequence length {seq_len} is beyond the model's context (max_position_embeddings {ctx})"
+    return ""
+
+
 def batch_defaults(gpu: str, profile: dict) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) of vLLM's offline LLM class on this card."""
     big = profile["memory_bytes"] >= 70 * GiB and "a100" not in (gpu + str(profile.get("label", ""))).lower()

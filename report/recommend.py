@@ -9,7 +9,10 @@ Only combinations that train the same workload compete: cells that change the ba
 sequence length (b<N>, s<N>) are left out. "Fastest" compares single-device cells (world size
 1): by the speed model's step time on that GPU in sim (``details.speed_model``, modelled; a
 simulated step is not timed, and FLOPs are never used to rank), by measured tokens/s in cpu and
-cuda. "Cheapest change" ranks the fitting combinations by: single device before several, then
+cuda. A measured timing taken beside other load (``details.timing_load``, contended) never
+ranks: it is left out and said. In cpu mode a lead inside the run-to-run noise band
+(±CPU_THROUGHPUT_BAND, bench/noise.py) is not a lead: the cells inside it are named, none is
+"fastest". "Cheapest change" ranks the fitting combinations by: single device before several, then
 lowest difficulty (catalogue), then least overhead (the same speed), then lowest peak; never by
 how many techniques a combination has.
 """
@@ -19,8 +22,9 @@ import math
 
 import pandas as pd
 
+from bench.noise import CPU_THROUGHPUT_BAND
 from report.compare import difficulty_rank, other_workload
-from report.fmt import DASH, change_pct, fmt_count, fmt_gib, fmt_pct, jcol, missing, provenance
+from report.fmt import DASH, change_pct, contended, fmt_count, fmt_gib, fmt_pct, jcol, missing, provenance
 from report.lookup import speed_of
 
 MEASURED_VERDICT = {"ok": "fits", "oom": "oom"}
@@ -42,14 +46,15 @@ def candidates(df: pd.DataFrame, mode: str) -> pd.DataFrame:
                          "other_workload": other_workload(r), "verdict": verdict, "peak_bytes": r["peak_bytes"],
                          "speed": None if missing(speed) else float(speed),
                          "world_size": 1 if missing(r["world_size"]) else int(r["world_size"]),
-                         "provenance": provenance(r)})
-    cols = ["cell", "model", "gpu", "technique", "other_workload", "verdict", "peak_bytes", "speed", "world_size", "provenance"]
+                         "provenance": provenance(r), "contended": mode != "sim" and contended(r)})
+    cols = ["cell", "model", "gpu", "technique", "other_workload", "verdict", "peak_bytes", "speed", "world_size",
+            "provenance", "contended"]
     return pd.DataFrame(rows, columns=cols)
 
 
 def _speed_key(c: dict, mode: str) -> float:
     """Smaller is better: modelled seconds per step in sim, minus tokens/s when measured; unknown sorts last."""
-    if c["speed"] is None:
+    if c["speed"] is None or c.get("contended"):   # a contended timing is not the cell's own
         return math.inf
     return c["speed"] if mode == "sim" else -c["speed"]
 
@@ -59,8 +64,27 @@ def _peak_key(c: dict) -> float:
 
 
 def fastest(fit: list[dict], mode: str):
+    return fastest_and_note(fit, mode)[0]
+
+
+def fastest_and_note(fit: list[dict], mode: str) -> tuple[dict | None, str]:
+    """The fastest single-device fitting cell, or None, and what to say: timings taken beside
+    other load left out; in cpu mode, cells within the noise band of the best are a tie."""
     single = [c for c in fit if c["world_size"] == 1]
-    return min(single, key=lambda c: (_speed_key(c, mode), _peak_key(c)), default=None)
+    busy = [c["technique"] for c in single if c.get("contended")]
+    timed = [c for c in single if not c.get("contended")]
+    note = f"left out, timed beside other load: {', '.join(busy)}" if busy else ""
+    best = min(timed, key=lambda c: (_speed_key(c, mode), _peak_key(c)), default=None)
+    if best is None:
+        return None, note or "nothing fits"
+    if mode == "cpu" and best["speed"]:
+        tied = [c["technique"] for c in timed if c is not best and c["speed"] is not None
+                and c["speed"] > 0 and best["speed"] / c["speed"] - 1 < CPU_THROUGHPUT_BAND]
+        if tied:
+            why = (f"no clear fastest: {', '.join([best['technique'], *tied])} within the noise band "
+                   f"(±{CPU_THROUGHPUT_BAND * 100:g}% repeat-run spread)")
+            return None, "; ".join(x for x in (why, note) if x)
+    return best, note
 
 
 def cheapest_fix(fit: list[dict], mode: str):
@@ -88,7 +112,8 @@ def recommend(df: pd.DataFrame, mode: str) -> list[dict]:
         else:
             fix = cheapest_fix(fit, mode)
             fix_note = "" if fix else "nothing in this run fits"
-        out.append({"model": model, "gpu": gpu, "baseline": base, "fastest": fastest(fit, mode),
+        best, best_note = fastest_and_note(fit, mode)
+        out.append({"model": model, "gpu": gpu, "baseline": base, "fastest": best, "fastest_note": best_note,
                     "fix": fix, "fix_note": fix_note})
     return out
 
@@ -98,6 +123,8 @@ def _speed_text(c: dict, mode: str) -> str:
         return DASH
     if c["speed"] is None:
         return "no speed model" if mode == "sim" else DASH
+    if c.get("contended"):
+        return f"{fmt_count(c['speed'])} tokens/s (timed beside other load)"
     return f"{c['speed']:.2f} s (modelled)" if mode == "sim" else f"{fmt_count(c['speed'])} tokens/s"
 
 
@@ -120,7 +147,8 @@ def section(df: pd.DataFrame, mode: str):
             "model": r["model"], "gpu": r["gpu"],
             "baseline": base["verdict"] if base else DASH,
             "baseline_peak": fmt_gib(base["peak_bytes"]) if base else DASH,
-            "fastest": best["technique"] if best else "nothing fits",
+            "fastest": (best["technique"] + (f" ({r['fastest_note']})" if r["fastest_note"] else "")) if best
+            else r["fastest_note"],
             "fastest_peak": fmt_gib(best["peak_bytes"]) if best else DASH,
             "fastest_speed": _speed_text(best, mode),
             "fix": fix["technique"] if fix else r["fix_note"],

@@ -100,7 +100,7 @@ def _unreadable(path: Path, why: str) -> dict:
 def _checked(path: Path, rec: dict) -> dict:
     if rec.get("_flagged"):
         return rec
-    found = record.problems(rec)
+    found = record.gate(rec)
     if not found:
         return rec
     said = f" (it said {rec['status']})" if rec.get("status") in record.STATUSES else ""
@@ -140,28 +140,14 @@ def against_matrix(recs: list[dict], cells: dict, name: str) -> list[dict]:
         if spec is None:
             rec = broken(rec, f"cell {rec['cell']} is not in {name}: a results file left from another matrix?")
         elif not rec.get("_flagged"):
-            differ = _differences(rec, record.blank(spec))
+            differ = record.inputs_problems(rec, spec)  # the rest of record.gate ran in _checked
             if differ:
-                rec = broken(rec, f"record does not match cell {rec['cell']} of {name}: {differ}")
+                rec = broken(rec, f"record does not match cell {rec['cell']} of {name}: {'; '.join(differ)}")
         out.append(rec)
     have = {r["cell"] for r in out}
     out += [record.failure(spec, "error", f"no results file for this cell of {name}")
             for cell, spec in cells.items() if cell not in have]
     return out
-
-
-def _differences(rec: dict, want: dict) -> str:
-    keys = [k for k in record.SPEC_FIELDS if k not in ("study", "baseline_cell") and rec.get(k) != want[k]]
-    return "; ".join(_stale_inputs(rec.get(k), want[k]) if k == "inputs_sha256" else
-                     f"{k} is {json.dumps(rec.get(k), sort_keys=True)}, the matrix says "
-                     f"{json.dumps(want[k], sort_keys=True)}" for k in keys)
-
-
-def _stale_inputs(have, want: dict) -> str:
-    """Which of the cell's inputs changed since its record was made (their digests differ)."""
-    have = have if isinstance(have, dict) else {}
-    changed = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
-    return f"made from other inputs than the matrix's now (changed: {', '.join(changed)}): stale, rerun it"
 
 
 def flatten(rec: dict) -> dict:

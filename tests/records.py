@@ -33,12 +33,20 @@ SPEED_COST = {"flops_by_dtype": {"bfloat16": 10**15}, "bytes_moved": 10**11, "nf
 SPEED_ESTIMATE = {"step_s": 4.0, "tokens_per_s": 512.0, "provenance": "modelled", "how": "made up"}
 
 
+def loss_details(sp) -> dict:
+    """The loss an ok training record carries (record version 2): made up in cpu/cuda; in sim
+    none, and what stands in."""
+    if sp["mode"] == "sim":
+        return {"final_loss": None, "losses": [None], "loss_check": "sim: fake tensors carry no values"}
+    return {"final_loss": 10.4, "losses": [10.5, 10.4]}
+
+
 def contract_details(sp, **given) -> dict:
     """The details keys the record contract asks of an ok record of ``sp`` (record.REPORT_DETAILS),
     with made-up values, then ``given``. Generation and engine plans prove no training facts."""
     if sp["knobs"].get("workload", "train") != "train":
         return dict(given)
-    out = {"optimizer_state_dtypes": ["float32"]}
+    out = {"optimizer_state_dtypes": ["float32"], **loss_details(sp)}
     if sp["mode"] == "sim":
         out.update(verdict_rule="fits: need <= 90%", verdict_reserve_bytes=576 * 2**20, verdict_notes={}, peers=[],
                    step_cost=SPEED_COST, speed_model={"a100-80g": dict(SPEED_ESTIMATE)})

@@ -62,7 +62,7 @@ def rank_record(spec, rank, peak, tokens=100, seconds=2.0, status="ok"):
                                 "activations": 0, "temporaries": 0, "other": 0},
                phase_peak_bytes=dict.fromkeys(record.PHASES, peak), params_total=3000, params_trainable=3000,
                details={"rank": rank, "timed_tokens": tokens, "timed_s": seconds,
-                        "optimizer_state_dtypes": ["float32"],
+                        "optimizer_state_dtypes": ["float32"], "final_loss": 10.0, "losses": [10.0],
                         "timing_load": {"own_cores": 0.9, "other_cores": 1.0, "contended_above_cores": 0.25}})
     return rec
 

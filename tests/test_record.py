@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.records import SPEED_COST, SPEED_ESTIMATE
+from tests.records import SPEED_COST, SPEED_ESTIMATE, loss_details
 from bench import atomic, matrix, record
 from tests.helpers import REPO
 
@@ -24,7 +24,7 @@ def specs(matrix_file):
 def ok_record(spec):
     rec = record.blank(spec)
     bd = dict.fromkeys(record.CATEGORIES, 10)
-    details = {"optimizer_state_dtypes": ["float32"], "timing_load": {"contended": False}}
+    details = {"optimizer_state_dtypes": ["float32"], "timing_load": {"contended": False}, **loss_details(spec)}
     rec.update(status="ok", peak_bytes=10 * len(bd), breakdown_bytes=bd, phase_peak_bytes=dict.fromkeys(record.PHASES, 60),
                params_total=100, params_trainable=100, details=details)
     if spec["mode"] == "sim":
@@ -41,7 +41,7 @@ def ok_record(spec):
 def test_blank_has_every_field_and_what_the_report_needs(specs):
     cpu, sim = specs["tiny-llama__cpu__gc"], specs["tiny-llama__sim__zero3+w4"]
     rec = record.blank(cpu)
-    assert set(rec) == set(record.FIELDS)
+    assert set(rec) == set(record.FIELDS) | set(record.LATER_FIELDS)
     assert rec["peak_bytes"] is None and rec["tokens_per_s"] is None
     assert rec["provenance"] == "cpu-measured"
     assert rec["knobs"] == cpu["knobs"] and rec["knobs"]["gc"] is True

@@ -1,5 +1,6 @@
 """report.versus: two results folders -> one page and one CSV; bad input never crashes and
 never reads as a complete comparison."""
+import json
 import re
 import csv
 import subprocess
@@ -85,7 +86,11 @@ def test_corrupt_and_contract_breaking_files_make_it_incomplete(tmp_path):
 
 def test_records_with_different_inputs_are_not_the_same_experiment(tmp_path):
     old, new = folder(tmp_path / "a"), folder(tmp_path / "b")
-    edit(new, SIM, lambda r: r.update(seq_len=4096))
+    edit(new, SIM, lambda r: r.update(seq_len=4096))  # the record and the spec it ran from: another experiment
+    path = new / "cells" / f"{SIM}.json"
+    doc = json.loads(path.read_text())
+    doc["benchmarks"][0]["params"]["cell_spec"]["seq_len"] = 4096
+    path.write_text(json.dumps(doc))
     edit(new, "tiny-llama__cpu__baseline", lambda r: r.update(knobs={"gc": True}))   # one side only: not checked
     code, page, rows = run(old, new, tmp_path / "out")
     assert code == 2 and f"{SIM}: not the same experiment on both sides (seq_len: 2048 -&gt; 4096)" in page
@@ -150,3 +155,12 @@ def test_a_cell_that_now_fails_says_so_once_with_its_reason(tmp_path):
     assert code == 0 and rows[0]["cell"] == SIM and rows[0]["why"] == "status ok -> error: ImportError: no such name"
     assert "a100-80gb: fits -> -" in rows[0]["verdict_changes"]
     assert '<span class="verdict-change">a100-80gb: fits → -</span>' in page
+
+
+def test_a_record_edited_away_from_its_own_spec_is_refused(tmp_path):
+    """record.gate: a record whose inputs (digests, knobs, shape) are not those of the cell spec
+    stored beside it is not compared, and the comparison says why."""
+    old, new = folder(tmp_path / "a"), folder(tmp_path / "b")
+    edit(new, SIM, lambda r: r.update(inputs_sha256={}))
+    code, page, rows = run(old, new, tmp_path / "out")
+    assert code == 2 and f"NEW {SIM}.json: does not match the cell spec it was run from: inputs_sha256" in page

@@ -2,7 +2,10 @@
 
     python -m bench.worker SPEC.json RECORD.json
 
-SPEC.json is one cell spec from bench.matrix. RECORD.json receives the run record
+SPEC.json is one cell spec from bench.matrix. The JSON files the cell is built from (model
+config, DeepSpeed config) are read once into a private folder and digested there
+(bench/inputs.pin): a digest that is not the spec's ``inputs_sha256`` is an ``error`` record,
+and ``details.inputs_read_sha256`` says what was read. RECORD.json receives the run record
 (bench/record.py), written atomically; the same JSON is the last line of stdout. Failures
 inside the step are data: an out-of-memory error gives status ``oom``, any other exception
 ``error`` with its last line. The worker exits 0 whenever it wrote a record.
@@ -23,10 +26,12 @@ import json
 import os
 import platform
 import sys
+import tempfile
 import time
 import traceback
+from pathlib import Path
 
-from bench import atomic, lifeline, ranks, record, verdicts
+from bench import atomic, inputs, lifeline, ranks, record, verdicts
 from bench.worker import alloctrace
 from bench.worker.progress import say
 
@@ -44,9 +49,14 @@ def main(spec_path: str, out_path: str) -> int:
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = spec["knobs"]["alloc_conf"]
     rec = record.blank(spec)
     rec["started_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    read = {}
     try:
-        rec.update(run(spec))
-        alloctrace.write(rec, out_path)  # the allocation trace beside the record, not in it
+        with tempfile.TemporaryDirectory(prefix="ftmb-inputs-") as pinned:
+            run_spec = inputs.pin(spec, pinned)  # what is built is what is digested, or InputsChanged
+            read = run_spec.pop("_read_sha256")
+            rec.update(run(run_spec))
+        rec["details"]["inputs_read_sha256"] = read
+        write_trace(rec, out_path)  # the allocation trace beside the record, not in it
         rec["status"], rec["reason"] = "ok", ""
     except Skip as exc:
         rec["status"], rec["reason"] = "skipped", str(exc)
@@ -56,6 +66,8 @@ def main(spec_path: str, out_path: str) -> int:
         rec["reason"] = record.one_line(f"{beyond_sim}{type(exc).__name__}: {exc}")
         rec["log_tail"] = traceback.format_exc()[-4000:]
         rec["details"].update(getattr(exc, "details", {}))  # facts gathered before it failed
+        if read:
+            rec["details"]["inputs_read_sha256"] = read
     if rank is not None:
         rec["details"]["rank"] = rank
     rec["versions"] = versions()
@@ -64,9 +76,29 @@ def main(spec_path: str, out_path: str) -> int:
     if rec["status"] != "ok":
         rec["host_peak_rss_bytes"] = host_rss_or_none()
     say(f"record: {rec['status']} {rec['reason']}".rstrip())
-    atomic.write_json(out_path, rec)
+    try:
+        atomic.write_json(out_path, rec)
+    except OSError as exc:  # a full disk: one line naming the path; the launcher's record says so
+        rec = dict(rec, status="error", reason=record.one_line(f"the record could not be written: {exc}"))
+        print(json.dumps(rec, sort_keys=True))
+        print(f"bench.worker: {exc}", file=sys.stderr)
+        return 1
     print(json.dumps(rec, sort_keys=True))
     return 1 if rank is not None and rec["status"] != "ok" else 0
+
+
+def write_trace(rec: dict, out_path) -> None:
+    """The allocation trace (and cuda snapshot) beside the record; a failed write (a full disk)
+    leaves no partial file and raises one line naming the path."""
+    try:
+        alloctrace.write(rec, out_path)
+    except OSError as exc:
+        rec.pop("_trace", None)
+        rec.pop("_cuda_snapshot", None)
+        made = [Path(f"{out_path}{suffix}") for suffix in (alloctrace.TRACE_SUFFIX, alloctrace.SNAPSHOT_SUFFIX)]
+        for path in made:
+            path.unlink(missing_ok=True)
+        raise OSError(exc.errno, f"cannot write the allocation trace {made[0]}: {exc.strerror or exc}") from exc
 
 
 def sim_cannot_run(exc: BaseException) -> str:

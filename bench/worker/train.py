@@ -9,6 +9,7 @@ time of the steps after warm-up.
 from __future__ import annotations
 
 import contextlib
+import math
 import resource
 import statistics
 import time
@@ -19,6 +20,23 @@ from bench.worker import cpuload, data, dist, losses, models, optimizers, placem
 from bench.worker.progress import say
 
 AUTOCAST = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
+SIM_LOSS_CHECK = ("sim: fake tensors carry no values, so no loss is computed; what stands in is the config check "
+                  "(bench/worker/configcheck.py: transformers reads the config and has a causal-LM class for it) "
+                  "and the matrix's checks of the config's values (bench/workloads.config_problem: layers, experts, "
+                  "rope_theta, norm epsilon, context))")
+
+
+class NonFiniteLoss(RuntimeError):
+    """A step's loss is NaN or infinite: the step trained nothing, so the cell is an error."""
+
+
+def loss_value(loss) -> float | None:
+    """The loss as a number (None under fake tensors, which carry no values). On a GPU this
+    waits for the forward: a few microseconds in a timed step."""
+    from torch._subclasses.fake_tensor import is_fake
+    if is_fake(loss) or loss.device.type == "meta":
+        return None
+    return float(loss.detach().float().mean())
 
 
 def host_peak_rss() -> int:
@@ -59,6 +77,8 @@ class Session:
         self.compute_dtype = None
         self.grad_dtypes: set = set()
         self.forward_retained = 0  # most bytes a forward left alive for its backward (activations)
+        self.losses: list = []     # one per step: the mean of its micro-batches' losses (None in sim)
+        self._micro_losses: list = []
         self._probe = self._dtype_probe()
 
     def _optimizer(self, knobs):
@@ -97,6 +117,7 @@ class Session:
                 self.scaler.scale(loss / self.accum).backward()
             else:
                 (loss / self.accum).backward()
+        self._micro_losses.append(loss_value(loss))
         del loss
 
     def optimizer_step(self) -> None:
@@ -124,6 +145,16 @@ class Session:
             if self.engine and i < len(micros) - 1:
                 self.engine.step()  # DeepSpeed counts micro-batches itself; it steps at the boundary
         self.optimizer_step()
+        self._end_step_loss()
+
+    def _end_step_loss(self) -> None:
+        """The step's loss into ``losses``; a loss that is not finite ends the run as an error."""
+        got, self._micro_losses = self._micro_losses, []
+        loss = None if None in got or not got else sum(got) / len(got)
+        self.losses.append(loss)
+        if loss is not None and not math.isfinite(loss):
+            raise NonFiniteLoss(f"step {len(self.losses)}: the loss is {loss} (not finite): the step trained "
+                                "nothing (check the model config's values, e.g. rope_theta, rms_norm_eps)")
 
 
 def synchronize(device) -> None:
@@ -181,6 +212,9 @@ def train(spec: dict, device, tracker, sim=None) -> dict:
         if tracker.host:
             out["details"].update(offloaded_bytes=tracker.host_breakdown(), offloaded_peak_bytes=tracker.host_peak)
         out["details"].update(timed_tokens=tokens, timed_s=sum(step_s))  # ranks' throughput adds up from these
+        out["details"].update(losses=session.losses, final_loss=session.losses[-1] if session.losses else None)
+        if sim:
+            out["details"]["loss_check"] = SIM_LOSS_CHECK
         del session, batch
     out.update(
         peak_bytes=tracker.peak,
