@@ -210,7 +210,6 @@ def is_oom(exc: BaseException) -> bool:
 
 def versions() -> dict:
     from importlib import metadata
-    from bench import inputs
     out = {"python": platform.python_version(), "ft_membench_engine": inputs.engine_digest()}
     for pkg in ("torch", "transformers", "peft", "bitsandbytes", "deepspeed", "accelerate"):
         try:
