@@ -6,11 +6,12 @@ model for real: the interpolated trace against full simulations at shapes it nev
 the search's answers against every grid point simulated, and a warm worker's record against
 the same cell run alone in a fresh process.
 """
+import json
 import random
 
 import pytest
 
-from bench import fits, fits_csv, interp, launch, matrix, verdicts
+from bench import fits, fits_csv, inputs, interp, launch, matrix, verdicts
 from bench import identical
 from bench.simpool import SimPool
 
@@ -76,9 +77,17 @@ def test_not_searched_cells_are_error_rows_with_their_reason():
     assert "not a training workload" in vllm["rows"][0]["reason"]
 
 
+def on_tiny_llama(spec: dict) -> dict:
+    """``spec`` with tiny-llama's config in place of its model's, digested as the matrix would
+    (the worker refuses a config that is not the one the spec digested: bench/inputs.py pin)."""
+    path = matrix.DEFAULT_MATRIX.parent / "models" / "tiny-llama.json"
+    return dict(spec, model_config=str(path),
+                inputs_sha256=dict(spec["inputs_sha256"], model_config=inputs.digest(json.loads(path.read_text()))))
+
+
 def tiny_spec(seq=512) -> dict:
-    spec = dict(matrix.load()["qwen2.5-7b__sim__lora+gc+bf16"])
-    spec.update(model_config=str(matrix.DEFAULT_MATRIX.parent / "models" / "tiny-llama.json"), seq_len=seq)
+    spec = on_tiny_llama(matrix.load()["qwen2.5-7b__sim__lora+gc+bf16"])
+    spec.update(seq_len=seq)
     # made-up cards sized so that every kind of answer shows on tiny-llama's grid (256..2048)
     spec["verdict_gpus"] = {f"g{m}": {"kind": "cuda", "memory_bytes": verdicts.RESERVE_BYTES + m * MiB}
                             for m in (100, 300, 700, 3000)}
@@ -157,8 +166,7 @@ def test_search_answers_equal_every_grid_point_simulated(tmp_path):
 def test_warm_worker_record_is_the_fresh_process_record():
     # compile+bf16: a compiled step, whose frees once followed the cyclic collector's timing
     for tech in ("lora+gc+bf16", "qlora+gc", "compile+bf16"):
-        spec = dict(matrix.load()[f"qwen2.5-7b__sim__{tech}"])
-        spec["model_config"] = str(matrix.DEFAULT_MATRIX.parent / "models" / "tiny-llama.json")
+        spec = on_tiny_llama(matrix.load()[f"qwen2.5-7b__sim__{tech}"])
         fresh = launch.run_cell(spec)
         with SimPool() as pool:
             pool.run_cell(tiny_spec())  # another cell first: each runs in its own fork, nothing carries over
