@@ -28,12 +28,19 @@ def records_from_table(df: pd.DataFrame) -> dict[str, dict]:
     for _, r in df[df["study"].fillna("").str.startswith(STUDY_PREFIX)].iterrows():
         rec = {"cell": r["cell"], "status": r["status"], "reason": r.get("reason", ""),
                "peak_bytes": None if missing(r.get("peak_bytes")) else int(r["peak_bytes"]),
-               "modelled_reserved_peak_bytes": None if missing(r.get("modelled_reserved_peak_bytes"))
-               else int(float(r["modelled_reserved_peak_bytes"])),
+               # an extra column of the table (kept as text by read_table), as report/consistency.py reads it
+               "modelled_reserved_peak_bytes": _int(r.get("modelled_reserved_peak_bytes")),
                "verdicts": jcol(r, "verdicts") or {}, "details": jcol(r, "details") or {},
                "allocator_model": jcol(r, "allocator_model") or {}}
         out[r["cell"]] = rec
     return out
+
+
+def _int(v):
+    try:
+        return None if missing(v) else int(float(v))
+    except (TypeError, ValueError):
+        return None
 
 
 def _pct(e) -> str:
@@ -46,7 +53,7 @@ def _gib(b) -> str:
 
 def plot_long(scored: list[dict]) -> pd.DataFrame:
     rows = [{"tool": tool, "measure": s["measure"], "published_gib": s["published_gib"],
-             "predicted_gib": t["predicted_bytes"] / 2**30}
+             "predicted_gib": t.get("predicted_bytes") / 2**30}
             for s in scored for tool, t in s["tools"].items() if t["covered"]]
     return pd.DataFrame(rows, columns=["tool", "measure", "published_gib", "predicted_gib"])
 
@@ -96,7 +103,7 @@ def section(df: pd.DataFrame):
         shown.append({
             "row": s["row"], "url": s["url"], "model": s["model"] or "—", "recipe": s["recipe"],
             "gpu": f"{s['n_gpus'] or '?'}× {s['gpu'] or '?'}", "measure": s["measure"], "kind": s["value_kind"],
-            "published": f"{s['published_gib']:.2f}", "ours": _gib(ours["predicted_bytes"]) if ours["covered"] else "—",
+            "published": f"{s['published_gib']:.2f}", "ours": _gib(ours.get("predicted_bytes")) if ours["covered"] else "—",
             "error": _pct(ours["signed_error"]), "peers": ", ".join(peers) or "—",
             "outcome": s["outcome"], "verdict": verdict,
             "agrees": "—" if ours.get("agrees") is None else ("yes" if ours["agrees"] else "no"),
