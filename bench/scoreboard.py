@@ -7,8 +7,10 @@
 
 The tools: ``ft-membench`` (the sim record of the row's cell, bench/published_matrix.py) and each
 peer estimator the record carries in ``details.peers`` (DeepSpeed's ZeRO-2 and ZeRO-3 estimators,
-accelerate's estimate-memory rows: model states only, which is what this board shows). Optional
-peers that are not installed (``OPTIONAL_PEERS``) are listed, and cover no row.
+accelerate's estimate-memory rows: model states only, which is what this board shows), and
+fitcheck-llm where it is installed (optional; bench/peer_fitcheck.py runs it here, on the row's
+settings, through its own API). Peers that cannot run here (``OPTIONAL_PEERS``) are listed, and
+cover no row.
 
 The measure rule: the row's ``measure`` decides which simulated figure it is compared with
 (``simulated_figure``):
@@ -38,7 +40,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench import published, verdicts
+from bench import peer_fitcheck, published, verdicts
 from bench import published_matrix as pm
 
 OURS = "ft-membench"
@@ -49,8 +51,7 @@ PEER_NAMES = {
     "accelerate estimate-memory (float32 row)": "accelerate estimate-memory (fp32)",
     "accelerate estimate-memory (float16 row)": "accelerate estimate-memory (fp16)",
 }
-OPTIONAL_PEERS = {
-    "fitcheck-llm": "not run: optional and not installed (issue 28 req. 3; `pip install fitcheck-llm`)",
+OPTIONAL_PEERS = {   # peers that cannot run here at all: listed, covering no row
     "llm-analysis": "not run: its PyPI releases pin huggingface-hub<0.15, which cannot install beside "
                     "this environment's transformers",
 }
@@ -66,7 +67,7 @@ GIB = 2**30
 
 
 def tool_names() -> list[str]:
-    return [OURS, *PEER_NAMES.values(), *OPTIONAL_PEERS]
+    return [OURS, *PEER_NAMES.values(), peer_fitcheck.NAME, *OPTIONAL_PEERS]
 
 
 def simulated_figure(rec: dict, measure: str, gpu: str | None) -> tuple[int | None, str]:
@@ -169,6 +170,7 @@ def score(rows: list[dict], records: dict[str, dict], gpus: dict | None = None) 
             missing = None
         for name, why in OPTIONAL_PEERS.items():
             entry["tools"][name] = _not(why)
+        entry["tools"][peer_fitcheck.NAME] = _fitcheck(row, e, gpus)
         if missing:
             for name in (OURS, *PEER_NAMES.values()):
                 entry["tools"][name] = _not(missing)
@@ -191,6 +193,22 @@ def score(rows: list[dict], records: dict[str, dict], gpus: dict | None = None) 
                                            verdict, f"no capacity for {gpu}")
         out.append(entry)
     return out
+
+
+def _fitcheck(row: dict, e: dict, gpus: dict) -> dict:
+    """fitcheck-llm's answer for the row (it needs no record: it runs here, on the row's settings)."""
+    why = peer_fitcheck.unavailable() or (f"not simulated: {e['reason']}" if e["reason"] else None)
+    if why is None and row["gpu_profile"] not in gpus:
+        why = f"no GPU profile {row['gpu_profile']}"
+    if why:
+        return _not(why)
+    try:
+        got = peer_fitcheck.estimate(row, e["options"], gpus[row["gpu_profile"]]["memory_bytes"])
+    except peer_fitcheck.Unanswerable as exc:
+        return _not(str(exc))
+    how = "fitcheck-llm's total, as it is" + (
+        f" (it cannot express: {', '.join(got['unexpressed'])})" if got["unexpressed"] else "")
+    return _answer(row, got["bytes"], how, "fits" if got["fits"] else "oom", None)
 
 
 def summary(scored: list[dict]) -> list[dict]:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench import published
+from bench import peer_fitcheck, published
 from bench import scoreboard as sb
 from report.fmt import jcol, missing
 
 STUDY_PREFIX = "published-"
 SHORT = {sb.OURS: "ft-membench", "DeepSpeed ZeRO-2 estimator": "DS ZeRO-2",
          "DeepSpeed ZeRO-3 estimator": "DS ZeRO-3", "accelerate estimate-memory (fp32)": "accelerate fp32",
-         "accelerate estimate-memory (fp16)": "accelerate fp16"}
+         "accelerate estimate-memory (fp16)": "accelerate fp16", "fitcheck-llm": "fitcheck"}
 
 
 def records_from_table(df: pd.DataFrame) -> dict[str, dict]:
@@ -129,5 +129,6 @@ def section(df: pd.DataFrame):
                  "published; the sim is never tuned to a row."),
         "summary": summary, "rows": shown, "image": figure(long) if len(long) else None,
         "simulated": sum(1 for s in scored if s["simulated"]), "total": len(scored),
-        "optional": [f"{name}: {why}" for name, why in sb.OPTIONAL_PEERS.items()],
+        "optional": [f"{name}: {why}" for name, why in sb.OPTIONAL_PEERS.items()]
+        + ([f"{peer_fitcheck.NAME}: {peer_fitcheck.unavailable()}"] if peer_fitcheck.unavailable() else []),
     }

@@ -20,7 +20,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import launch, matrix, published, verdicts
+from bench import launch, matrix, peer_fitcheck, published, verdicts
+from bench import techniques as tech
 from bench import published_matrix as pm
 from bench import scoreboard as sb
 
@@ -109,7 +110,8 @@ def test_not_covered_never_counts_as_zero():
 def test_a_failed_record_is_not_covered():
     cell = pm.plan([BY_ID[QLORA_ROW]])[0]["cell"]
     s = _scored([BY_ID[QLORA_ROW]], {cell: _record(cell, status="error")})[0]
-    assert all(not t["covered"] for t in s["tools"].values())
+    # every tool that reads the record (fitcheck-llm runs on the row's settings, without it)
+    assert all(not t["covered"] for name, t in s["tools"].items() if name != peer_fitcheck.NAME)
     assert "error" in s["tools"][sb.OURS]["why_not"]
 
 
@@ -133,6 +135,35 @@ def test_summary_per_tool_on_made_up_rows():
     # the peer's 40 GiB is over the RTX 4090's capacity: its verdict is oom
     assert (z2["outcome_rows"], z2["outcome_agree"]) == (2, 0)
     assert "| ft-membench | active | 2/2 |" in sb.markdown(sb.summary(scored))
+
+
+# --- fitcheck-llm, optional ----------------------------------------------------------------------
+
+def test_fitcheck_settings_say_what_it_cannot_express():
+    row = BY_ID[QLORA_ROW]
+    fields, unexpressed = peer_fitcheck.training_config(tech.knobs(row["techniques"].split("+")),
+                                                        pm.lora_options(QLORA_ROW), 2, 2048)
+    assert (fields["quantization"], fields["lora_rank"], fields["grad_checkpoint"]) == ("nf4", 8, True)
+    assert fields["lora_targets"] == pm.lora_options(QLORA_ROW)["target_modules"]
+    assert {"chunked loss", "torch.compile", "packing"} <= set(unexpressed)
+    with pytest.raises(peer_fitcheck.Unanswerable):
+        peer_fitcheck.training_config(tech.knobs(["qlora", "zero3", "w8"]), {}, 1, 512)
+
+
+def test_fitcheck_not_installed_is_not_covered(monkeypatch):
+    monkeypatch.setattr(peer_fitcheck, "unavailable", lambda: "not run: not installed")
+    cell = pm.plan([BY_ID[QLORA_ROW]])[0]["cell"]
+    s = _scored([BY_ID[QLORA_ROW]], {cell: _record(cell)})[0]
+    assert s["tools"]["fitcheck-llm"] == sb._not("not run: not installed")
+    table = {(t["tool"], t["measure"]): t for t in sb.summary([s])}
+    assert table[("fitcheck-llm", "not-stated")]["covered"] == 0
+    assert table[("fitcheck-llm", "not-stated")]["median_abs_error"] is None
+
+
+def test_fitcheck_answers_a_matched_row_when_installed():
+    pytest.importorskip("fitcheck", reason="fitcheck-llm is an optional peer: pip install fitcheck-llm")
+    s = _scored([BY_ID[QLORA_ROW]], {})[0]["tools"]["fitcheck-llm"]
+    assert s["covered"] and s["predicted_bytes"] > 0 and s["agrees"] is not None
 
 
 # --- the generated matrix ----------------------------------------------------------------------
