@@ -4,6 +4,7 @@
     pytest bench -k zero3              # the cells whose id contains zero3
     pytest bench --matrix my.yaml      # another matrix
     pytest bench --collect-only -q     # list the cells
+    pytest bench -k published          # the published corpus's rows (bench/test_published.py, matrix/published.yaml)
     pytest bench/test_cells.py --cell ID --cell-out results/cells/ID.json   # what Snakemake runs
 
 The ids come from bench.matrix, the one loader: a bad matrix fails collection with the

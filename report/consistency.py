@@ -17,11 +17,20 @@ def _json(v):
         return None
 
 
+def _bytes(v):
+    """A byte count of the table: read_table keeps columns it does not know (modelled_reserved_peak_bytes) as text."""
+    try:
+        return None if v is None or v == "" or v != v else int(float(v))
+    except (TypeError, ValueError):
+        return None
+
+
 def problems(df: pd.DataFrame, fits: pd.DataFrame | None) -> list[dict]:
     rows = []
     for _, r in df[df["status"] == "ok"].iterrows():
         rec = {"status": "ok", "knobs": _json(r.get("knobs")), "allocator_model": _json(r.get("allocator_model")),
-               "modelled_reserved_peak_bytes": r.get("modelled_reserved_peak_bytes"), "peak_bytes": r.get("peak_bytes")}
+               "modelled_reserved_peak_bytes": _bytes(r.get("modelled_reserved_peak_bytes")),
+               "peak_bytes": _bytes(r.get("peak_bytes"))}
         rec = {k: (None if isinstance(v, float) and v != v else v) for k, v in rec.items()}
         for p in consistency.record_problems(rec):
             rows.append({"cell": r["cell"], "status": "reserved vs allocated", "reason": p})
