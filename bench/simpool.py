@@ -70,9 +70,19 @@ class SimPool:
             self._free.put(server)
 
     def run_cell(self, spec: dict, log_path=None, keep_trace: bool = False) -> dict:
+        """The cell's record. A server that dies under it (killed, out of host memory) is
+        replaced and the cell run once more in the new one; if that dies too, the cell is an
+        ``error`` record saying so: the caller's other answers are never lost to it."""
         server = self._take()
         try:
-            return server.run_cell(spec, log_path, keep_trace)
+            for attempt in (1, 2):
+                try:
+                    return server.run_cell(spec, log_path, keep_trace)
+                except (PoolError, OSError) as exc:
+                    server.discard()
+                    if attempt == 2:
+                        return record.failure(spec, "error", record.one_line(
+                            f"the warm sim server died twice while running this cell: {exc}"))
         finally:
             self._free.put(server)
 
@@ -127,6 +137,21 @@ class _Server:
         lifeline.release(self.proc.pid)
         self.proc = None
 
+    def discard(self) -> None:
+        """Forget a server that died or broke its pipe: kill what is left of its group."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        lifeline.release(self.proc.pid)
+        self.proc = None
+
     def _read(self, timeout: float | None) -> dict | None:
         """The server's next reply, or None when ``timeout`` passes first."""
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
@@ -136,7 +161,7 @@ class _Server:
         if not line:
             self._errlog.seek(0)
             tail = self._errlog.read()[-2000:].decode(errors="replace")
-            self.close()
+            self.discard()
             raise PoolError(f"the warm sim server (bench/worker/sim/server.py) exited: {tail}")
         return json.loads(line)
 

@@ -236,3 +236,17 @@ def test_fit_command_answers_from_a_fits_table_of_the_same_inputs(tmp_path):
     # another shape is another question: the same table does not answer it
     out = subprocess.run([*cmd, "--seq", "1024"], capture_output=True, text=True, cwd=launch.ROOT, check=True).stdout
     assert f"fits {tmp_path}/fits.csv" not in out
+
+
+@pytest.mark.slow
+def test_a_killed_warm_server_is_replaced_and_the_answers_go_on():
+    """Issue 25: fit crashed when its warm server was killed, losing the answers computed so far."""
+    import os
+    import signal
+    spec = tiny_spec(seq=256)
+    with SimPool() as pool:
+        first = pool.run_cell(spec)
+        os.killpg(pool._all[0].proc.pid, signal.SIGKILL)
+        second = pool.run_cell(spec)
+    assert first["status"] == second["status"] == "ok"
+    assert first["peak_bytes"] == second["peak_bytes"]
