@@ -299,3 +299,22 @@ def test_real_sim_of_torchtune_8b_qlora_row_through_the_scoreboard(tmp_path):
 def test_report_section_absent_without_published_records():
     from report import scoreboard as rsb
     assert rsb.section(pd.DataFrame([{"cell": "x", "study": "sim-7b-8b", "status": "ok"}])) is None
+
+
+def test_report_build_published_table_feeds_the_scoreboard_section_only():
+    # report.build --published: the published cells' table is read by the scoreboard section alone
+    from report import build
+    from report import scoreboard as rsb
+    main = pd.DataFrame([{"cell": "x", "study": "sim-7b-8b", "status": "ok"}])
+    cell = pm.plan([BY_ID[QLORA_ROW]])[0]["cell"]
+    rec = _record(cell, peak=9 * GIB, paged=GIB, reserved=10 * GIB)
+    pub = pd.DataFrame([{**rec, "study": "published-torchtune", "verdicts": json.dumps(rec["verdicts"]),
+                         "details": json.dumps(rec["details"]), "allocator_model": json.dumps(rec["allocator_model"])}])
+    assert build._page_section(rsb.section, main, None) is None
+    section = build._page_section(rsb.section, main, pub)
+    assert section["kind"] == "scoreboard"
+    shown = next(r for r in section["rows"] if r["row"] == QLORA_ROW)
+    assert shown["ours"] == "8.00" and "LLaMA-Factory table" in shown["peers"] and "Unsloth table" in shown["peers"]
+    seen = []
+    build._page_section(lambda df: seen.append(df), main, pub)      # every other section reads the main table
+    assert seen[0] is main
