@@ -10,7 +10,9 @@ peer estimator the record carries in ``details.peers`` (DeepSpeed's ZeRO-2 and Z
 accelerate's estimate-memory rows: model states only, which is what this board shows), and
 fitcheck-llm where it is installed (optional; bench/peer_fitcheck.py runs it here, on the row's
 settings, through its own API). Peers that cannot run here (``OPTIONAL_PEERS``) are listed, and
-cover no row.
+cover no row. The published rules of thumb (bench/peer_rules.py: LLaMA-Factory's hardware table,
+Unsloth's requirements table) are peers too: looked up as published from the row's model size and
+method, on every single-GPU row with a model config and techniques, record or not.
 
 The measure rule: the row's ``measure`` decides which simulated figure it is compared with
 (``simulated_figure``):
@@ -40,7 +42,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from bench import peer_fitcheck, published, verdicts
+from bench import peer_fitcheck, peer_rules, published, verdicts
 from bench import published_matrix as pm
 
 OURS = "ft-membench"
@@ -67,7 +69,7 @@ GIB = 2**30
 
 
 def tool_names() -> list[str]:
-    return [OURS, *PEER_NAMES.values(), peer_fitcheck.NAME, *OPTIONAL_PEERS]
+    return [OURS, *PEER_NAMES.values(), peer_fitcheck.NAME, *peer_rules.TOOLS, *OPTIONAL_PEERS]
 
 
 def simulated_figure(rec: dict, measure: str, gpu: str | None) -> tuple[int | None, str]:
@@ -171,6 +173,8 @@ def score(rows: list[dict], records: dict[str, dict], gpus: dict | None = None) 
         for name, why in OPTIONAL_PEERS.items():
             entry["tools"][name] = _not(why)
         entry["tools"][peer_fitcheck.NAME] = _fitcheck(row, e, gpus)
+        for name in peer_rules.TOOLS:
+            entry["tools"][name] = _rule(name, row, gpus)
         if missing:
             for name in (OURS, *PEER_NAMES.values()):
                 entry["tools"][name] = _not(missing)
@@ -209,6 +213,20 @@ def _fitcheck(row: dict, e: dict, gpus: dict) -> dict:
     how = "fitcheck-llm's total, as it is" + (
         f" (it cannot express: {', '.join(got['unexpressed'])})" if got["unexpressed"] else "")
     return _answer(row, got["bytes"], how, "fits" if got["fits"] else "oom", None)
+
+
+def _rule(name: str, row: dict, gpus: dict) -> dict:
+    """A published rule of thumb's figure for the row (no record needed: the table reads the model's
+    size and the method); its verdict is that figure against the row's GPU capacity, as for any peer."""
+    try:
+        got = peer_rules.estimate(name, row)
+    except peer_rules.Unanswerable as exc:
+        return _not(str(exc))
+    gpu = row["gpu_profile"]
+    cap = verdicts.capacity(gpus[gpu]) if gpu in gpus else None
+    verdict = None if cap is None else ("fits" if got["bytes"] <= cap else "oom")
+    return _answer(row, got["bytes"], f"the table's figure ({got['what']}), as it is", verdict,
+                   f"no GPU profile for {row['gpu'] or 'the row'}")
 
 
 def summary(scored: list[dict]) -> list[dict]:

@@ -1,6 +1,7 @@
 """Render the cell table into ONE self-contained HTML report.
 
     python -m report.build results/table.csv --out results/report.html [--fits results/fits.csv]
+                           [--published results/published/table.csv]
 
 Input: the CSV written by ``python -m report.table`` (any such table: the run's, or
 results/reference/'s), with its manifest beside it. A table that is cut short, ragged,
@@ -18,6 +19,11 @@ what the numbers leave out (report/scope.py). Then a list of sections (report/se
 chart), ``PAGE_SECTIONS`` once after them. A section function returns a dict whose ``kind``
 names the template macro that draws it (or None to draw nothing): a new section is one
 function and one macro.
+
+``--published`` gives the table of the published corpus's sim cells (``snakemake published``:
+results/published/table.csv, with its manifest). Only the scoreboard section ("How close is each
+tool to published GPU measurements") reads it, so those cells stay out of the summary, effects and
+lookup of the main table; without it the scoreboard reads the main table's published-* records.
 """
 from __future__ import annotations
 
@@ -95,8 +101,9 @@ MODE_ORDER = ("cuda", "sim", "cpu")   # full-size answers before the small-model
 
 
 def render(df: pd.DataFrame, commit: str | None = None, built_at: str | None = None,
-           fits: pd.DataFrame | None = None) -> str:
-    """The whole page as one HTML string (``fits``: the fits search's table, or None)."""
+           fits: pd.DataFrame | None = None, published: pd.DataFrame | None = None) -> str:
+    """The whole page as one HTML string (``fits``: the fits search's table, or None; ``published``:
+    the published corpus's cell table, read by the scoreboard section alone, or None)."""
     present = [m for m in df["mode"].unique() if m]
     modes = [m for m in MODE_ORDER if m in present] + [m for m in record.MODES if m in present and m not in MODE_ORDER]
     modes = modes + sorted(m for m in present if m not in record.MODES)
@@ -108,11 +115,18 @@ def render(df: pd.DataFrame, commit: str | None = None, built_at: str | None = N
     return env.get_template("template.html.j2").render(
         gib=GIB, n_cells=len(df), answer=lookup.section(df, fits), scope=scope.section(df, fits),
         statuses=df["status"].value_counts().to_dict(),
-        modes=mode_blocks, sections=[s for s in (*(f(df) for f in PAGE_SECTIONS), consistency.section(df, fits)) if s],
+        modes=mode_blocks, sections=[s for s in (*(_page_section(f, df, published) for f in PAGE_SECTIONS),
+                                                  consistency.section(df, fits)) if s],
         filters=filters(df, modes),
         footer=footer(df, commit or git_commit(),
                       built_at or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")),
     )
+
+
+def _page_section(f, df: pd.DataFrame, published: pd.DataFrame | None):
+    if f is scoreboard.section and published is not None:
+        return f(published)
+    return f(df)
 
 
 def main(argv=None) -> int:
@@ -121,14 +135,17 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="HTML file to write (atomically)")
     ap.add_argument("--fits", help="the fits search's CSV (results/fits.csv); without it the lookup's "
                                    "sequence and batch columns read 'not searched'")
+    ap.add_argument("--published", help="the published corpus's cell table (results/published/table.csv, "
+                                        "snakemake published): read by the scoreboard section only")
     args = ap.parse_args(argv)
     try:
         df = read_table(args.table)
         fits = read_fits(args.fits) if args.fits else None
+        published = read_table(args.published) if args.published else None
     except (TableError, FitsError) as exc:  # a cut or corrupt table must not become a report that looks whole
         print(f"report.build: error: {exc}", file=sys.stderr)
         return 2
-    atomic.write_text(args.out, render(df, fits=fits))
+    atomic.write_text(args.out, render(df, fits=fits, published=published))
     print(f"{args.out}: {len(df)} cells", file=sys.stderr)
     return 0
 

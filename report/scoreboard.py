@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench import peer_fitcheck, published
+from bench import peer_fitcheck, peer_rules, published
 from bench import scoreboard as sb
 from report.fmt import jcol, missing
 
 STUDY_PREFIX = "published-"
 SHORT = {sb.OURS: "ft-membench", "DeepSpeed ZeRO-2 estimator": "DS ZeRO-2",
          "DeepSpeed ZeRO-3 estimator": "DS ZeRO-3", "accelerate estimate-memory (fp32)": "accelerate fp32",
-         "accelerate estimate-memory (fp16)": "accelerate fp16", "fitcheck-llm": "fitcheck"}
+         "accelerate estimate-memory (fp16)": "accelerate fp16", "fitcheck-llm": "fitcheck",
+         peer_rules.LLAMA_FACTORY: "LLaMA-Factory table", peer_rules.UNSLOTH: "Unsloth table"}
 
 
 def records_from_table(df: pd.DataFrame) -> dict[str, dict]:
@@ -122,7 +123,10 @@ def section(df: pd.DataFrame):
                  "The row's measure picks our figure: allocated or active = the allocated peak without "
                  "bitsandbytes' paged optimizer state (outside torch's allocator); reserved = the modelled "
                  "reserved peak; nvidia-smi = modelled reserved + the CUDA context and BLAS reserve; not stated "
-                 "= compared as allocated. The peers estimate model states only and are compared as they are. "
+                 "= compared as allocated. DeepSpeed's and accelerate's estimators count model states only; fitcheck-llm runs on the row's settings; "
+                 "LLaMA-Factory's hardware table and Unsloth's requirements table are published rules of thumb, looked up "
+                 "by the model's size (its config's parameter count) and the method, nothing else. All peers are compared "
+                 "as they are. "
                  "Signed error = predicted / published − 1, for rows whose value is a measured peak; fits/oom: "
                  "our verdict on the row's GPU (tight counts as fits), a peer's figure against the same capacity. "
                  "A row a tool cannot answer is not covered (—), never a zero. A disagreeing row stays as "

@@ -5,6 +5,8 @@
 - a row a tool cannot answer is not covered, never a zero in any summary;
 - the per-tool summary on made-up rows (covered, median |error|, worst, fits/oom agreement);
 - matrix/published.yaml equals a fresh generation, and its cells carry each row's settings;
+- the published rules of thumb (LLaMA-Factory's and Unsloth's tables): lookup as published, and
+  not covered where the table has no entry;
 - one real sim of a matched row (torchtune's 8B QLoRA on an RTX 4090), end to end through the
   worker, the scoreboard and the report section.
 
@@ -20,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import launch, matrix, peer_fitcheck, published, verdicts
+from bench import launch, matrix, peer_fitcheck, peer_rules, published, verdicts
 from bench import techniques as tech
 from bench import published_matrix as pm
 from bench import scoreboard as sb
@@ -110,8 +112,9 @@ def test_not_covered_never_counts_as_zero():
 def test_a_failed_record_is_not_covered():
     cell = pm.plan([BY_ID[QLORA_ROW]])[0]["cell"]
     s = _scored([BY_ID[QLORA_ROW]], {cell: _record(cell, status="error")})[0]
-    # every tool that reads the record (fitcheck-llm runs on the row's settings, without it)
-    assert all(not t["covered"] for name, t in s["tools"].items() if name != peer_fitcheck.NAME)
+    # every tool that reads the record (fitcheck-llm and the rules of thumb answer from the row, without it)
+    assert all(not t["covered"] for name, t in s["tools"].items()
+               if name not in (peer_fitcheck.NAME, *peer_rules.TOOLS))
     assert "error" in s["tools"][sb.OURS]["why_not"]
 
 
@@ -164,6 +167,77 @@ def test_fitcheck_answers_a_matched_row_when_installed():
     pytest.importorskip("fitcheck", reason="fitcheck-llm is an optional peer: pip install fitcheck-llm")
     s = _scored([BY_ID[QLORA_ROW]], {})[0]["tools"]["fitcheck-llm"]
     assert s["covered"] and s["predicted_bytes"] > 0 and s["agrees"] is not None
+
+
+# --- published rules of thumb: LLaMA-Factory's hardware table, Unsloth's requirements table ------
+
+def test_param_count_from_config_matches_the_sim_records():
+    # params_total of the reference records (the worker's model on the meta device)
+    assert peer_rules.model_params("llama-3.1-8b") == 8_030_261_248
+    assert peer_rules.model_params("llama-3.2-3b") == 3_212_749_824          # tied embeddings
+    assert peer_rules.model_params("qwen2.5-7b") == 7_615_616_512            # q/k/v biases
+    assert peer_rules.model_params("llama-3.1-70b") == 70_553_706_496
+    assert 46.6e9 < peer_rules.model_params("mixtral-8x7b") < 46.8e9           # 8 experts + router
+
+
+def _rule_row(model, techniques, **kw):
+    row = copy.deepcopy(BY_ID[QLORA_ROW])
+    row.update(model_config=model, techniques=techniques, **kw)
+    return row
+
+
+@pytest.mark.parametrize("model, techniques, lf_gb, unsloth_gb", [
+    ("llama-3.1-70b", "qlora", 48, 41),              # LLaMA-Factory's 70B column; Unsloth's 70B row
+    ("llama-3.1-70b", "lora+bf16", 160, 164),
+    ("llama-3.1-70b", "amp-bf16", 1200, None),       # Full (bf16 or fp16), 32 bits; Unsloth: no full column
+    ("llama-3.1-70b", "bf16", 600, None),            # Full (pure_bf16)
+    ("qwen2.5-14b", "qlora", 12, 8.5),               # 14.77B: within 10% of 14B
+    ("llama-3.1-8b", "qlora", 0.5 * 8.030261248, 6),  # 8B is no column: the `x`B formula, x/2 GB
+    ("llama-3.1-8b", "lora+dora+amp-bf16", 2 * 8.030261248, 22),
+    ("llama-3.2-3b", "amp-fp16", 18 * 3.212749824, None),
+])
+def test_rules_of_thumb_as_published(model, techniques, lf_gb, unsloth_gb):
+    row = _rule_row(model, techniques)
+    assert peer_rules.estimate(peer_rules.LLAMA_FACTORY, row)["bytes"] == pytest.approx(lf_gb * 1e9, abs=1)
+    if unsloth_gb is None:
+        with pytest.raises(peer_rules.Unanswerable, match="full fine-tuning"):
+            peer_rules.estimate(peer_rules.UNSLOTH, row)
+    else:
+        assert peer_rules.estimate(peer_rules.UNSLOTH, row)["bytes"] == pytest.approx(unsloth_gb * 1e9, abs=1)
+
+
+@pytest.mark.parametrize("tool, row, why", [
+    (peer_rules.LLAMA_FACTORY, dict(model="llama-3.1-8b", techniques="fp32"), "fp32"),
+    (peer_rules.LLAMA_FACTORY, dict(model="llama-3.1-8b", techniques="lora+fp32"), "fp32"),
+    (peer_rules.UNSLOTH, dict(model="llama-3.1-8b", techniques="lora+fp32"), "fp32"),
+    (peer_rules.UNSLOTH, dict(model="mixtral-8x7b", techniques="qlora"), "no model size near 46.70B"),
+    (peer_rules.UNSLOTH, dict(model="qwen2.5-0.5b", techniques="qlora"), "no model size"),
+    (peer_rules.LLAMA_FACTORY, dict(model=None, techniques="qlora"), "no model config"),
+    (peer_rules.UNSLOTH, dict(model="llama-3.1-8b", techniques=None), "not matched"),
+    (peer_rules.LLAMA_FACTORY, dict(model="mixtral-8x7b", techniques="qlora+zero3+w8", n_gpus=8), "several GPUs"),
+])
+def test_a_rule_without_an_entry_is_not_covered_never_zero(tool, row, why):
+    r = _rule_row(row.pop("model"), row.pop("techniques"), **row)
+    with pytest.raises(peer_rules.Unanswerable, match=why):
+        peer_rules.estimate(tool, r)
+    s = _scored([r], {})[0]["tools"][tool]
+    assert not s["covered"] and s["predicted_bytes"] is None and s["signed_error"] is None and why in s["why_not"]
+    table = {(t["tool"], t["measure"]): t for t in sb.summary(_scored([r], {}))}
+    assert table[(tool, r["measure"])]["covered"] == 0 and table[(tool, r["measure"])]["median_abs_error"] is None
+
+
+def test_rules_on_the_scoreboard_need_no_record():
+    # torchtune's 8B QLoRA on a 4090: 7.4 GiB; LLaMA-Factory x/2 at x = 8.03 -> 4.02 GB; Unsloth's 8B row 6 GB
+    s = _scored([BY_ID[QLORA_ROW]], {})[0]["tools"]
+    assert not s[sb.OURS]["covered"]                              # no record: ours is not covered
+    lf, us = s[peer_rules.LLAMA_FACTORY], s[peer_rules.UNSLOTH]
+    assert lf["covered"] and lf["signed_error"] == pytest.approx(0.5 * 8.030261248e9 / (7.4 * GIB) - 1)
+    assert us["covered"] and us["signed_error"] == pytest.approx(6e9 / (7.4 * GIB) - 1)
+    assert lf["agrees"] is True and us["agrees"] is True          # both under the 4090's capacity: fits
+    # LLaMA-Factory's own rows are rules of thumb, not measurements: no model config, no error
+    lf_row = _scored([BY_ID["lf-7b-qlora-4bit"]], {})[0]["tools"][peer_rules.LLAMA_FACTORY]
+    assert not lf_row["covered"] and lf_row["signed_error"] is None
+    assert peer_rules.LLAMA_FACTORY in sb.tool_names() and peer_rules.UNSLOTH in sb.tool_names()
 
 
 # --- the generated matrix ----------------------------------------------------------------------
@@ -225,3 +299,22 @@ def test_real_sim_of_torchtune_8b_qlora_row_through_the_scoreboard(tmp_path):
 def test_report_section_absent_without_published_records():
     from report import scoreboard as rsb
     assert rsb.section(pd.DataFrame([{"cell": "x", "study": "sim-7b-8b", "status": "ok"}])) is None
+
+
+def test_report_build_published_table_feeds_the_scoreboard_section_only():
+    # report.build --published: the published cells' table is read by the scoreboard section alone
+    from report import build
+    from report import scoreboard as rsb
+    main = pd.DataFrame([{"cell": "x", "study": "sim-7b-8b", "status": "ok"}])
+    cell = pm.plan([BY_ID[QLORA_ROW]])[0]["cell"]
+    rec = _record(cell, peak=9 * GIB, paged=GIB, reserved=10 * GIB)
+    pub = pd.DataFrame([{**rec, "study": "published-torchtune", "verdicts": json.dumps(rec["verdicts"]),
+                         "details": json.dumps(rec["details"]), "allocator_model": json.dumps(rec["allocator_model"])}])
+    assert build._page_section(rsb.section, main, None) is None
+    section = build._page_section(rsb.section, main, pub)
+    assert section["kind"] == "scoreboard"
+    shown = next(r for r in section["rows"] if r["row"] == QLORA_ROW)
+    assert shown["ours"] == "8.00" and "LLaMA-Factory table" in shown["peers"] and "Unsloth table" in shown["peers"]
+    seen = []
+    build._page_section(lambda df: seen.append(df), main, pub)      # every other section reads the main table
+    assert seen[0] is main
