@@ -30,6 +30,8 @@ def test_every_library_version_the_reference_records_name_is_pinned():
             if name == "python":
                 assert f"Python {version}" in CONSTRAINTS.read_text(), path.name
                 continue
+            if name == "ft_membench_engine":  # the project's own code digest, not a library to pin
+                continue
             assert have.get(name.lower()) == version.split("+")[0], (path.name, name, version)
 
 
