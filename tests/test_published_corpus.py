@@ -98,46 +98,24 @@ def test_missing_key_is_refused(tmp_path):
     refused(corrupted(tmp_path, drop), f"rows[{rid}].measure", "required")
 
 
-def test_unknown_gpu_profile_is_refused(tmp_path):
+@pytest.mark.parametrize("row, key, value, where, says", [
+    (0, "gpu_profile", "rtx-9090", "rows[tt-8b-full-4090].gpu_profile", "rtx-9090"),
+    (0, "gpu_profile", "cpu", "rows[tt-8b-full-4090].gpu_profile", "'cpu'"),
+    (2, "unit", "gigs", "rows[tt-8b-lora-4090].unit", "gigs"),
+    (2, "unit", "GB", "rows[tt-8b-lora-4090].value_gib", "0.5%"),   # 16.2 GB is 15.09 GiB, not the 16.2 recorded
+    (2, "model_config", "llama-9-8b", "rows[tt-8b-lora-4090].model_config", "llama-9-8b"),
+    (2, "techniques", "lora+warp-drive", "rows[tt-8b-lora-4090].techniques", "warp-drive"),
+])
+def test_a_bad_field_is_refused_naming_its_row_and_key(tmp_path, row, key, value, where, says):
     def bad(rows):
-        rows[0]["gpu_profile"] = "rtx-9090"
-    refused(corrupted(tmp_path, bad), "rows[tt-8b-full-4090].gpu_profile", "rtx-9090")
-
-
-def test_cpu_profile_is_refused(tmp_path):
-    def bad(rows):
-        rows[0]["gpu_profile"] = "cpu"
-    refused(corrupted(tmp_path, bad), "rows[tt-8b-full-4090].gpu_profile", "'cpu'")
+        rows[row][key] = value
+    refused(corrupted(tmp_path, bad), where, says)
 
 
 def test_duplicate_id_is_refused(tmp_path):
     def dup(rows):
         rows[5]["id"] = rows[2]["id"]
     refused(corrupted(tmp_path, dup), "rows[tt-8b-lora-4090].id", "duplicate id")
-
-
-def test_bad_unit_is_refused(tmp_path):
-    def bad(rows):
-        rows[2]["unit"] = "gigs"
-    refused(corrupted(tmp_path, bad), "rows[tt-8b-lora-4090].unit", "gigs")
-
-
-def test_value_gib_that_disagrees_with_the_unit_is_refused(tmp_path):
-    def bad(rows):
-        rows[2]["unit"] = "GB"   # 16.2 GB is 15.09 GiB, not the 16.2 recorded
-    refused(corrupted(tmp_path, bad), "rows[tt-8b-lora-4090].value_gib", "0.5%")
-
-
-def test_unknown_model_config_is_refused(tmp_path):
-    def bad(rows):
-        rows[2]["model_config"] = "llama-9-8b"
-    refused(corrupted(tmp_path, bad), "rows[tt-8b-lora-4090].model_config", "llama-9-8b")
-
-
-def test_techniques_that_do_not_parse_are_refused(tmp_path):
-    def bad(rows):
-        rows[2]["techniques"] = "lora+warp-drive"
-    refused(corrupted(tmp_path, bad), "rows[tt-8b-lora-4090].techniques", "warp-drive")
 
 
 def test_duplicate_yaml_key_is_refused(tmp_path):
