@@ -114,17 +114,29 @@ def record_paths(spec: dict, results: Path) -> list[Path]:
             ROOT / "results" / "reference" / "cells" / f"{spec['cell']}.json", own]
 
 
-def stored_record(spec: dict, paths: list[Path], here: dict) -> tuple[dict, str] | tuple[None, None]:
+def judged_on(spec: dict, rec: dict, gpu: str | None) -> dict:
+    """``spec`` as the record's own study judged it: the question is asked against every GPU
+    profile, a study's record holds verdicts for its own GPUs; where the asked ``gpu`` is among
+    them (and every one of them is a profile the question knows), the record answers for it."""
+    caps = rec.get("verdict_gpu_memory_bytes")
+    if not gpu or not isinstance(caps, dict) or gpu not in caps or not set(caps) <= set(spec["verdict_gpus"]):
+        return spec
+    gpus = {g: p for g, p in spec["verdict_gpus"].items() if g in caps}
+    return dict(spec, verdict_gpus=gpus, inputs_sha256=dict(spec["inputs_sha256"], gpus=inputs.digest(gpus)))
+
+
+def stored_record(spec: dict, paths: list[Path], here: dict, gpu: str | None = None) -> tuple[dict, str] | tuple[None, None]:
     """An ok record of this cell that passes the record gate against ``spec`` (record.gate: the
-    contract, the same inputs, knobs and shape) and was made by the same library versions, and
-    where. A record that fails the gate is passed over, never answered from."""
+    contract, the same inputs, knobs and shape; the GPU profiles as its study judged them, the
+    asked ``gpu`` among them: ``judged_on``) and was made by the same library versions and
+    engine, and where. A record that fails the gate is passed over, never answered from."""
     for path in paths:
         try:
             doc = json.loads(path.read_text())
             rec = doc["benchmarks"][0]["extra_info"] if isinstance(doc, dict) and "benchmarks" in doc else doc
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             continue
-        if not isinstance(rec, dict) or rec.get("status") != "ok" or record.gate(rec, spec):
+        if not isinstance(rec, dict) or rec.get("status") != "ok" or record.gate(rec, judged_on(spec, rec, gpu)):
             continue
         got = rec.get("versions")
         theirs = {k: (v or "").split("+")[0] or None for k, v in got.items() if k in here} \
@@ -184,7 +196,7 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
     with SimPool(jobs) as pool:
         for cid, spec in cells.items():
             line = {"technique": "+".join(spec["techniques"]), "cell": cid}
-            rec, where = stored_record(spec, record_paths(spec, results), here)
+            rec, where = stored_record(spec, record_paths(spec, results), here, gpu)
             if rec is None and spec["skip_reason"]:
                 line.update(verdict="skipped", reason=spec["skip_reason"])
                 out.append(line)
@@ -198,7 +210,10 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
             line.update(record=rec, source=where, verdict=(rec.get("verdicts") or {}).get(gpu, rec.get("status")))
             if rec.get("status") != "ok" and rec.get("reason"):
                 line["reason"] = rec["reason"]
+            # a study's stored search answers for the asked GPU as the study's record does
             doc, fits_from = stored_fits(spec, results, gpu)
+            if doc is None and rec.get("status") == "ok":
+                doc, fits_from = stored_fits(judged_on(spec, rec, gpu), results, gpu)
             if doc is None and search and rec.get("status") == "ok":
                 say(f"  searching {cid} on {gpu} ...")
                 doc = fits.search(dict(spec, verdict_gpus={gpu: spec["verdict_gpus"][gpu]}), pool.run_cell,

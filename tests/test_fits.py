@@ -250,3 +250,18 @@ def test_a_killed_warm_server_is_replaced_and_the_answers_go_on():
         second = pool.run_cell(spec)
     assert first["status"] == second["status"] == "ok"
     assert first["peak_bytes"] == second["peak_bytes"]
+
+
+def test_fit_answers_from_a_study_record_for_a_gpu_the_study_judged(tmp_path):
+    """The question is asked against every GPU profile; the 70B study judged five. For one of
+    them its record and search answer (inputs digested as that study's: cli.judged_on), for a
+    GPU the study never judged they do not."""
+    from bench import cli, record
+    spec = next(iter(cli.specs("llama-3.1-70b", "rtx-a6000", ["qlora+gc"], None, None).values()))
+    path = matrix.DEFAULT_MATRIX.parent.parent / "results" / "reference" / "cells" / "llama-3.1-70b__sim__qlora+gc.json"
+    rec, where = cli.stored_record(spec, [path], cli.versions(), "rtx-a6000")
+    assert where == str(path) and rec["verdicts"]["rtx-a6000"] == "fits"
+    assert cli.stored_record(spec, [path], cli.versions(), "t4") == (None, None)
+    assert record.gate(rec, spec)  # against the question's own GPUs the record is another experiment
+    doc, source = cli.stored_fits(cli.judged_on(spec, rec, "rtx-a6000"), tmp_path, "rtx-a6000")
+    assert source.endswith("reference/fits.csv") and doc["rows"][0]["max_seq_at_batch1"] is not None
