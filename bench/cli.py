@@ -16,7 +16,9 @@ matrix written for the question), a missing simulation runs in the warm sim work
 (bench/simpool.py) exactly as the cell's Snakemake job would, and the searches are
 bench.fits'. Answers already computed are reused, never approximated: a cell record in
 ``results/cells`` or ``results/reference/cells`` that passes the record gate (bench/record.gate:
-the contract, and the same inputs_sha256, knobs and shape) made by the same library versions, and a search in ``results/fits/`` for the same inputs;
+the contract, and the same inputs_sha256, knobs and shape; a study's record for a GPU that study
+judged: ``judged_on``) made by the same library versions and engine code
+(``versions.ft_membench_engine``), and a search in ``results/fits/`` for the same inputs;
 each line says where its answer came from. A simulation is deterministic, so a reused record
 is the one a new run would write. Torch-free.
 
