@@ -41,16 +41,24 @@ from pathlib import Path
 import yaml
 
 from bench import atomic, fits, fits_csv, inputs, matrix, record, verdicts
+from bench.techniques import MAXIMUMS, MINIMUMS
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STUDY = "sim-7b-8b"  # its techniques are the default list
-MAX_SEQ = 1 << 20
-MAX_BATCH = 1 << 16
 GiB = 2**30
 
 
 class Usage(ValueError):
     """Bad input: the message is the one line printed."""
+
+
+def cuda_profiles() -> list[str]:
+    """The GPU profiles a question may name (matrix/gpus.yaml's cuda ones)."""
+    try:
+        gpus = yaml.load((matrix.DEFAULT_MATRIX.parent / "gpus.yaml").read_text(), Loader=matrix.SAFE_LOADER)
+    except (OSError, ValueError, matrix.MatrixError):
+        return []
+    return [g for g, p in gpus.items() if isinstance(p, dict) and p.get("kind") == "cuda"]
 
 
 def default_techniques() -> list[str]:
@@ -67,9 +75,10 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
     if gpu not in gpus or gpus[gpu].get("kind") != "cuda":
         known = ", ".join(g for g, p in gpus.items() if p.get("kind") == "cuda")
         raise Usage(f"unknown gpu {gpu!r} (known: {known})")
-    for name, value, top in (("--seq", seq, MAX_SEQ), ("--batch", batch, MAX_BATCH)):
-        if value is not None and not 1 <= value <= top:
-            raise Usage(f"{name} {value}: must be between 1 and {top}")
+    for name, key, value in (("--seq", "seq_len", seq), ("--batch", "batch_size", batch)):
+        low, top = MINIMUMS[key], MAXIMUMS[key]  # the matrix's own bounds
+        if value is not None and not low <= value <= top:
+            raise Usage(f"{name} {value}: must be between {low} and {top}")
     doc = {
         "models_dir": str(base / "models"), "gpus_file": str(base / "gpus.yaml"),
         "deepspeed_dir": str(base / "deepspeed"),
@@ -253,6 +262,15 @@ def keep_file(path: Path, doc: dict, say) -> bool:
         return False
 
 
+def fitted(text: str, width: int) -> str:
+    """``text`` in a column of ``width``, or its start and '(below)' where the whole text is
+    printed under the row."""
+    if len(text) <= width:
+        return f"{text:<{width}}"
+    head = text[:width - 8].rsplit(" ", 1)[0].rstrip(":,; ")
+    return f"{head + ' (below)':<{width}}"
+
+
 def speed(rec: dict, gpu: str) -> str:
     est = ((rec or {}).get("details") or {}).get("speed_model", {}).get(gpu)
     if not est or est.get("step_s") is None:
@@ -270,7 +288,8 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
            f"{cap / GiB:.1f} GiB usable after the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB CUDA reserve",
            "simulated (fake tensors, counted as CUDA would allocate; reserved memory modelled), not measured on a GPU",
            ""]
-    head = (f"{'technique':<28} {'verdict':<8} {'need GiB':>9} {'usable':>7}  {'largest seq at batch 1':<47} "
+    tw = max([28] + [len(ln["technique"]) for ln in lines])  # a long combination never shifts the columns
+    head = (f"{'technique':<{tw}} {'verdict':<8} {'need GiB':>9} {'usable':>7}  {'largest seq at batch 1':<47} "
             f"{'largest batch':<40} speed")
     out += [head, "-" * len(head)]
     for ln in lines:
@@ -280,10 +299,13 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         seq = fits_csv.answer_text(row, "seq") if row else "not searched"
         bat = fits_csv.answer_text(row, "batch") if row else "not searched"
         need_s = f"{need / GiB:9.2f}" if need else f"{'-':>9}"
-        out.append(f"{ln['technique']:<28} {ln['verdict'] or '?':<8} {need_s} {cap / GiB:>7.2f}  {seq:<47.47} "
-                   f"{bat:<40.40} {speed(rec, gpu)}")
+        out.append(f"{ln['technique']:<{tw}} {ln['verdict'] or '?':<8} {need_s} {cap / GiB:>7.2f}  {fitted(seq, 47)} "
+                   f"{fitted(bat, 40)} {speed(rec, gpu)}")
         if ln.get("reason"):
             out.append(f"    {ln['reason']}")
+        for what, text, width in (("largest sequence", seq, 47), ("largest batch", bat, 40)):
+            if len(text) > width and not (what == "largest batch" and text == seq):  # whole, never cut mid-word
+                out.append(f"    {what}: {text}")
         note = ((rec.get("details") or {}).get("verdict_notes") or {}).get(gpu)
         if note:  # fits with paging, oom while loading, no bf16 kernels: what the verdict rests on
             out.append(f"    {note}")
@@ -337,7 +359,8 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("fit", help="will MODEL fine-tune on GPU, and how far can it go")
     fit.add_argument("model")
-    fit.add_argument("--gpu", required=True)
+    fit.add_argument("--gpu", required=True, type=str.lower,
+                     help=f"a GPU profile of matrix/gpus.yaml, any case: {', '.join(cuda_profiles())}")
     fit.add_argument("--techniques", help="comma-separated, e.g. lora+gc+bf16,qlora+gc (default: the 7-8B study's)")
     fit.add_argument("--seq", type=int, help="sequence length (default 2048)")
     fit.add_argument("--batch", type=int, help="batch size (default 1)")

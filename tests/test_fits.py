@@ -265,3 +265,26 @@ def test_fit_answers_from_a_study_record_for_a_gpu_the_study_judged(tmp_path):
     assert record.gate(rec, spec)  # against the question's own GPUs the record is another experiment
     doc, source = cli.stored_fits(cli.judged_on(spec, rec, "rtx-a6000"), tmp_path, "rtx-a6000")
     assert source.endswith("reference/fits.csv") and doc["rows"][0]["max_seq_at_batch1"] is not None
+
+
+def test_fit_bounds_are_the_matrix_bounds_and_gpu_names_any_case():
+    """Issue 27: '--seq 1' was refused after the usage said 'between 1 and ...'; 'RTX-4090'
+    was unknown; --help listed no GPU."""
+    import subprocess
+    import sys
+    from bench import cli
+    with pytest.raises(cli.Usage, match="--seq 1: must be between 2 and"):
+        cli.specs("qwen2.5-7b", "rtx-4090", ["lora"], 1, None)
+    assert "rtx-4090" in cli.cuda_profiles() and "cpu" not in cli.cuda_profiles()
+    out = subprocess.run([sys.executable, "-m", "bench.cli", "fit", "--help"], capture_output=True, text=True,
+                         cwd=launch.ROOT)
+    assert "rtx-4090" in out.stdout and "any case" in out.stdout
+
+
+def test_fit_columns_hold_long_names_and_reasons():
+    """Issue 27: a technique longer than 28 characters shifted every column after it, and a
+    long reason was cut mid-word in its column; it is now printed whole under the row."""
+    from bench import cli
+    reason = "not searched: zero3 at world size 8: the verdict is an analytic per-rank partitioning"
+    assert cli.fitted(reason, 47).rstrip().endswith("(below)") and len(cli.fitted(reason, 47)) == 47
+    assert cli.fitted("3840 tokens", 47) == f"{'3840 tokens':<47}"
