@@ -74,7 +74,12 @@ def reserved_note(rec: dict) -> str | None:
 # (technique added or swapped in, what it replaces): the compressed recipe is the plain one with
 # the first in place of the second (None: added to a recipe that names no optimizer)
 COMPRESSIONS = (("adamw8bit", None), ("paged-adamw8bit", None), ("qlora", "lora+bf16"))
-OPTIMIZERS = {"adamw", "adamw-fused", "adamw8bit", "paged-adamw8bit", "adafactor", "lion8bit", "sgd"}
+
+
+def _names_an_optimizer(parts: list[str]) -> bool:
+    """Whether a technique of ``parts`` sets the optimizer (the catalogue says which do)."""
+    from bench import techniques
+    return any("optimizer" in techniques.lookup(p).sets for p in parts if p in techniques.CATALOG)
 
 
 def uncompressed(technique: str) -> tuple[str, str] | None:
@@ -85,7 +90,7 @@ def uncompressed(technique: str) -> tuple[str, str] | None:
             continue
         rest = [p for p in parts if p != comp]
         if plain is None:
-            if comp == "qlora" or OPTIMIZERS & set(rest) or not rest:
+            if not rest or _names_an_optimizer(rest):
                 continue
             return "+".join(rest), comp
         if "bf16" in rest:  # qlora + bf16 recipe: its plain twin is lora + bf16 already
