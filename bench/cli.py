@@ -130,8 +130,9 @@ def judged_on(spec: dict, rec: dict, gpu: str | None) -> dict:
     profile, a study's record holds verdicts for its own GPUs; where the asked ``gpu`` is among
     them (and every one of them is a profile the question knows), the record answers for it."""
     caps = rec.get("verdict_gpu_memory_bytes")
-    if not gpu or not isinstance(caps, dict) or gpu not in caps or not set(caps) <= set(spec["verdict_gpus"]):
-        return spec
+    if (not gpu or not isinstance(caps, dict) or gpu not in caps or not set(caps) <= set(spec["verdict_gpus"])
+            or set(caps) == set(spec["verdict_gpus"])):
+        return spec  # not the study's to answer, or judged on the question's own GPUs
     gpus = {g: p for g, p in spec["verdict_gpus"].items() if g in caps}
     return dict(spec, verdict_gpus=gpus, inputs_sha256=dict(spec["inputs_sha256"], gpus=inputs.digest(gpus)))
 
@@ -223,8 +224,9 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
                 line["reason"] = rec["reason"]
             # a study's stored search answers for the asked GPU as the study's record does
             doc, fits_from = stored_fits(spec, results, gpu)
-            if doc is None and rec.get("status") == "ok":
-                doc, fits_from = stored_fits(judged_on(spec, rec, gpu), results, gpu)
+            judged = judged_on(spec, rec, gpu) if rec.get("status") == "ok" else spec
+            if doc is None and judged is not spec:
+                doc, fits_from = stored_fits(judged, results, gpu)
             if doc is None and search and rec.get("status") == "ok":
                 say(f"  searching {cid} on {gpu} ...")
                 doc = fits.search(dict(spec, verdict_gpus={gpu: spec["verdict_gpus"][gpu]}), pool.run_cell,
