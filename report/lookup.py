@@ -203,13 +203,19 @@ def lookup_row(c: dict, fits, recommended: bool, rank: int) -> dict:
             "models": [r["model"]], "gpus": [c["gpu"]], "modes": [r["mode"]]}
 
 
+def shape_of(row) -> tuple[int, int]:
+    """(batch, sequence) the cell's step trains: what a ranking of recipes must hold equal."""
+    return (0 if missing(row["batch_size"]) else int(row["batch_size"]),
+            0 if missing(row["seq_len"]) else int(row["seq_len"]))
+
+
 def section(df: pd.DataFrame, fits: pd.DataFrame | None = None):
     """The lookup (None when the run has no full-size training cell)."""
     by_pair: dict[tuple, list] = {}
-    for c in candidates(df):
-        by_pair.setdefault((c["model"], c["gpu"]), []).append(c)
+    for c in candidates(df):  # one ranking per workload: recipes at another batch or length are not rivals
+        by_pair.setdefault((c["model"], c["gpu"], *shape_of(c["row"])), []).append(c)
     groups = []
-    for (model, gpu), group in sorted(by_pair.items()):
+    for (model, gpu, batch, seq), group in sorted(by_pair.items()):
         rows, timed = ranked(group)
         if not rows:
             continue
@@ -221,7 +227,8 @@ def section(df: pd.DataFrame, fits: pd.DataFrame | None = None):
             answer = UNRANKED + " (fitting recipes listed by headroom)"
         else:
             answer = "nothing in this run fits"
-        groups.append({"model": model, "gpu": gpu, "capacity": fmt_gib(cap), "answer": answer,
+        groups.append({"model": model, "gpu": gpu, "shape": f"batch {batch} x {seq} tokens",
+                       "capacity": fmt_gib(cap), "answer": answer,
                        "rows": [lookup_row(c, fits, c is best, i + 1) for i, c in enumerate(rows)]})
     if not groups:
         return None
@@ -231,5 +238,6 @@ def section(df: pd.DataFrame, fits: pd.DataFrame | None = None):
                     "asks of the card, the modelled reserved peak plus the CUDA context and workspace reserve, "
                     "exactly what the verdict compares with the card's memory. Ranking: highest estimated "
                     "tokens/s first (speed model, per GPU; a step that trains fewer tokens is not faster); "
-                    "FLOPs are never used to rank. Single-device recipes "
-                    "that train the study's workload; multi-GPU cells are in the tables below."}
+                    "FLOPs are never used to rank. Single-device recipes, "
+                    "ranked only against recipes training the same batch and length; multi-GPU cells are in the "
+                    "tables below."}

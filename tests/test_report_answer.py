@@ -142,3 +142,20 @@ def test_ranking_reads_tokens_per_second_not_step_time():
     padded, packed = cand("padded", 0.07, 4800.0), cand("packed", 1.05, 7800.0)
     rows, timed = lookup.ranked([padded, packed])
     assert timed and [c["recipe"] for c in rows] == ["packed", "padded"]
+
+
+def test_a_recipe_at_another_batch_is_ranked_in_its_own_group():
+    """A study at batch 2 x 2048 (torchtune's 8B table) beside one at batch 1 x 2048: a recipe's
+    need and tokens/s at one shape is no rival to another's at another shape, so each shape gets
+    its own ranking and recommendation."""
+    from tests.records import answer
+    fits = {"rtx-4090": "fits", "h100-80gb": "fits", "t4": "oom"}
+    one = answer(["lora", "gc", "bf16"], {"parameters": 14.2, "activations": 1.6}, fits, {"rtx-4090": 2.9},
+                 reserved_gib=16)
+    two = answer(["lora", "gc", "bf16"], {"parameters": 14.2, "activations": 3.2}, fits, {"rtx-4090": 1.0},
+                 reserved_gib=18)  # faster per token, at another batch: another study's cell
+    two.update(cell=two["cell"] + "-study2", batch_size=2)
+    got = lookup.section(table.to_frame([one, two]))
+    shapes = sorted(g["shape"] for g in got["groups"] if g["gpu"] == "rtx-4090")
+    assert shapes == ["batch 1 x 2048 tokens", "batch 2 x 2048 tokens"]
+    assert all(g["answer"] == "recommended: lora+gc+bf16" for g in got["groups"] if g["gpu"] == "rtx-4090")
