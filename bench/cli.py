@@ -40,7 +40,7 @@ from pathlib import Path
 
 import yaml
 
-from bench import atomic, fits, fits_csv, inputs, matrix, record, verdicts
+from bench import atomic, fits, fits_csv, inputs, matrix, multigpu, record, verdicts
 from bench.techniques import MAXIMUMS, MINIMUMS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -230,7 +230,7 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
             if doc is None and search and rec.get("status") == "ok":
                 say(f"  searching {cid} on {gpu} ...")
                 doc = fits.search(dict(spec, verdict_gpus={gpu: spec["verdict_gpus"][gpu]}), pool.run_cell,
-                                  simulate_many=pool.run_many)
+                                  simulate_many=pool.run_many, per_rank=True)
                 doc.update(cell=cid, inputs_sha256=spec["inputs_sha256"])
                 path = own_fits_path(spec, results, gpu)
                 kept = f"kept in {path}" if keep_file(path, doc, say) else "not kept"
@@ -308,6 +308,8 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         for what, text, width in (("largest sequence", seq, 47), ("largest batch", bat, 40)):
             if len(text) > width and not (what == "largest batch" and text == seq):  # whole, never cut mid-word
                 out.append(f"    {what}: {text}")
+        if multigpu.rank_note(rec):
+            out.append(f"    {multigpu.rank_note(rec)}")
         note = ((rec.get("details") or {}).get("verdict_notes") or {}).get(gpu)
         if note:  # fits with paging, oom while loading, no bf16 kernels: what the verdict rests on
             out.append(f"    {note}")

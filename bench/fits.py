@@ -32,8 +32,14 @@ either axis). Where the check fails the axis is searched by full simulations ins
 
 Not searched, each an ``error`` row with its reason: skipped cells, workloads other than
 training (generation and vLLM have their own planners), padded batches (their widths are
-drawn from a length distribution: no polynomial family), and ZeRO/FSDP cells (their verdict is
-the analytic per-rank partitioning of phase peaks, not a trace: bench/worker/sim/simulate.py).
+drawn from a length distribution: no polynomial family).
+
+ZeRO/FSDP cells are judged per rank: their figure is the analytic per-rank partitioning of the
+single-process step's phase peaks plus its replay's fragmentation (bench/worker/sim/simulate.py),
+not one replayed trace, so no trace is interpolated: each shape the bisection asks for is a full
+simulation, at most ``DIST_BUDGET`` per axis (past it the axis is an error row saying so). That
+costs minutes per cell for a 70B model, so only ``search(..., per_rank=True)`` (the CLI) runs it;
+the matrix's searches give such cells an error row with the reason.
 """
 from __future__ import annotations
 
@@ -47,9 +53,11 @@ from bench import atomic, interp, record, replay, verdicts
 from bench.fits_csv import BATCH_LIMIT, RESOLUTION_TOKENS, collect, row, seq_limit
 
 EXACT_BUDGET = 6  # full simulations per axis where interpolation is not exact
+DIST_BUDGET = 12  # full simulations per axis for a ZeRO/FSDP cell (bisection over a 512-point grid: 11)
 
-def not_searched(spec: dict) -> str | None:
-    """Why this cell gets no search (an ``error`` row), or None."""
+def not_searched(spec: dict, per_rank: bool = False) -> str | None:
+    """Why this cell gets no search (an ``error`` row), or None. ``per_rank``: search ZeRO/FSDP
+    cells too (the CLI asks for it; the matrix's searches leave them out: module docstring)."""
     if spec["mode"] != "sim":
         return f"a {spec['mode']} cell: searches run over the simulation only"
     if spec["skip_reason"]:
@@ -60,9 +68,10 @@ def not_searched(spec: dict) -> str | None:
         return (f"{spec['knobs']['batching']} batches: each step's width is drawn from a length distribution "
                 "that changes with the sequence length, so the step's sizes are not one polynomial family and an "
                 "exact search would simulate every shape it judges; not searched")
-    if spec["knobs"]["dist"]:
-        return (f"{spec['knobs']['dist']} at world size {spec['world_size']}: the verdict is an analytic per-rank "
-                "partitioning of phase peaks, not a replayed trace; not searched")
+    if spec["knobs"]["dist"] and not per_rank:
+        return (f"{spec['knobs']['dist']} at world size {spec['world_size']}: judged per rank, each shape a full "
+                f"simulation (up to {2 * DIST_BUDGET} per GPU, minutes for a 70B model), so the matrix's searches "
+                "leave it out; `ft-membench fit` searches it")
     return None
 
 
@@ -103,7 +112,7 @@ class Shapes:
                 raise SearchError(f"simulation at batch {batch} x {seq} tokens: {rec.get('status')}: "
                                   f"{rec.get('reason') or 'no allocation trace'}")
             self.traces[(batch, seq)] = rec["_trace"]
-            self.reserved[(batch, seq)] = rec["modelled_reserved_peak_bytes"]
+            self.reserved[(batch, seq)] = _judged_bytes(rec)
             self.simulated.append({"batch": batch, "seq": seq, "s": took,
                                    "reserved_peak_bytes": rec["modelled_reserved_peak_bytes"]})
 
@@ -126,12 +135,21 @@ class Shapes:
         key = (batch, seq)
         if key not in self.reserved:
             fit = self.fits.get(name)
-            if fit is None or (name == "batch" and batch < fit.xs[0]):
+            if fit is None or self.spec["knobs"]["dist"] or (name == "batch" and batch < fit.xs[0]):
                 self.trace(batch, seq)  # simulated: sets reserved
             else:
                 t = fit.at(seq if name == "seq" else batch)
                 self.reserved[key] = replay.replay(t, self.spec["knobs"]["alloc_conf"], points=1)["reserved_peak_bytes"]
         return self.reserved[key]
+
+
+def _judged_bytes(rec: dict) -> int:
+    """The bytes a shape is judged by: the modelled reserved peak, and for a ZeRO/FSDP cell at
+    least what one GPU holds while the model loads (bench/loadplan.py, the engine's placement),
+    so a load that does not fit answers 'none' as the cell's verdict does."""
+    load = (rec.get("details") or {}).get("load_phase") or {}
+    chosen = (load.get("placements") or {}).get(load.get("placement"), {})
+    return max(rec["modelled_reserved_peak_bytes"], chosen.get("gpu_bytes") or 0)
 
 
 class SearchError(RuntimeError):
@@ -186,7 +204,8 @@ def seq_points(study_seq: int, limit: int) -> list[int]:
     return sorted(out[:4])
 
 
-def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = None, simulate_many=None) -> dict:
+def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = None, simulate_many=None,
+           per_rank: bool = False) -> dict:
     """Rows of results/fits.csv for ``spec`` (one per GPU it is judged against) and the
     evidence behind them. ``simulate(spec, log_path) -> record`` (with ``_trace``) runs one
     shape; ``simulate_many([(spec, log_path), ...]) -> records`` runs several at once (the
@@ -194,7 +213,7 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
     shape, already simulated."""
     t0 = time.monotonic()
     gpus = spec["verdict_gpus"] or {}
-    why = not_searched(spec)
+    why = not_searched(spec, per_rank)
     if why:
         return {"rows": [row(spec, g, {}, reason=why) for g in gpus], "simulated": [], "s": 0.0}
     accum = spec["knobs"]["accum"]
@@ -214,17 +233,22 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
         shapes.prefetch(first)
         if shapes.reserved[(accum, r)] > max(caps.values(), default=0):
             return _none_rows(spec, gpus, shapes, t0)
-        shapes.prefetch(points)
-        shapes.axis("seq", [(accum, s) for s in seqs], degree=2)
-        # from batch 2 up: batch 1's step has a few events of its own (tests/test_fits.py);
-        # batch 1 itself is the seq axis' simulation at the study's length
-        shapes.axis("batch", [(accum * k, spec["seq_len"]) for k in (2, 3, 4)], degree=1)
+        if spec["knobs"]["dist"]:  # per rank: no trace to interpolate (module docstring)
+            shapes.why_not = {a: f"{spec['knobs']['dist']} at world size {spec['world_size']}: per-rank figures "
+                                 "are partitioned phase peaks, not one trace" for a in ("seq", "batch")}
+            shapes.fits = {"seq": None, "batch": None}
+        else:
+            shapes.prefetch(points)
+            shapes.axis("seq", [(accum, s) for s in seqs], degree=2)
+            # from batch 2 up: batch 1's step has a few events of its own (tests/test_fits.py);
+            # batch 1 itself is the seq axis' simulation at the study's length
+            shapes.axis("batch", [(accum * k, spec["seq_len"]) for k in (2, 3, 4)], degree=1)
         plan, failed = {}, {}
         for name in ("seq", "batch"):
             n = s_limit // r if name == "seq" else BATCH_LIMIT // accum
             shape = (lambda k: (accum, k * r)) if name == "seq" else (lambda k: (k * accum, spec["seq_len"]))
             if shapes.fits[name] is None:
-                _budget(shapes, name)
+                _budget(shapes, name, DIST_BUDGET if spec["knobs"]["dist"] else EXACT_BUDGET)
             try:
                 plan[name] = (_largest(lambda k, s=shape, a=name: shapes.peak(*s(k), a), n, caps), shape, n)
             except SearchError as exc:  # this axis goes unanswered, with its reason; the other still stands
@@ -270,17 +294,17 @@ def _none_rows(spec: dict, gpus: dict, shapes: Shapes, t0: float) -> dict:
             "shapes_judged": len(shapes.reserved), "s": round(time.monotonic() - t0, 2)}
 
 
-def _budget(shapes: Shapes, name: str) -> None:
-    """Full simulations instead of interpolation, at most EXACT_BUDGET more for this axis."""
+def _budget(shapes: Shapes, name: str, budget: int = EXACT_BUDGET) -> None:
+    """Full simulations instead of interpolation, at most ``budget`` more for this axis."""
     start = len(shapes.simulated)
 
     def sim(batch, seq):  # the class's own trace, not an earlier axis's counted one: each axis its own budget
         return Shapes.trace(shapes, batch, seq)
 
     def counted(batch, seq):
-        if (batch, seq) not in shapes.traces and len(shapes.simulated) - start >= EXACT_BUDGET:
+        if (batch, seq) not in shapes.traces and len(shapes.simulated) - start >= budget:
             raise SearchError(f"{name} axis: interpolation not exact ({shapes.why_not[name]}) and an exact "
-                              f"search needs more than {EXACT_BUDGET} simulations")
+                              f"search needs more than {budget} simulations")
         return sim(batch, seq)
     shapes.trace = counted
 
@@ -310,7 +334,7 @@ def _reuse(spec: dict, results: Path):
         rec = doc.get("benchmarks", [{}])[0].get("extra_info", doc) if "benchmarks" in doc else doc
         if not isinstance(rec, dict) or rec.get("status") != "ok" or record.gate(rec, spec):
             return None
-        return replay.load(trace), rec["modelled_reserved_peak_bytes"]
+        return replay.load(trace), _judged_bytes(rec)
     except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None
 

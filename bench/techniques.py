@@ -28,7 +28,7 @@ DEFAULT_KNOBS = {
     "optimizer": "adamw",       # adamw | adamw-fused | adamw8bit | paged-adamw8bit | paged-adamw32bit | adafactor | lion8bit | sgd
     "adapter": None,            # None | lora | qlora
     "attn": "sdpa",             # sdpa | eager | fa2
-    "dist": None,               # None | zero1 | zero2 | zero3 | zero2-offload | zero3-offload | fsdp
+    "dist": None,               # None | zero1 | zero2 | zero3 | zero2-offload | zero3-offload | fsdp | fsdp-offload
     "world_size": 1,
     "batching": "fixed",        # fixed | padding | padding-growing | packing
     "alloc_conf": None,         # PYTORCH_CUDA_ALLOC_CONF value
@@ -39,6 +39,7 @@ DEFAULT_KNOBS = {
     "compile": False,           # torch.compile of the model
     "dora": False,              # peft DoRA (weight-decomposed LoRA)
     "lora_targets": "options",  # options (technique_options.lora.target_modules) | all-linear
+    "quant_storage": None,      # bnb_4bit_quant_storage: None (uint8) | bf16 (derived: qlora under FSDP or ZeRO-3)
     "kbit_extras": "bf16",      # QLoRA's non-quantized weights: bf16 (torchtune, Unsloth, LLaMA-Factory) | fp32 (peft)
     # workloads beyond the training step: generation and a vLLM engine's plan
     "workload": "train",        # train | generate | vllm
@@ -194,9 +195,17 @@ CATALOG: dict[str, Technique] = dict([
        "DeepSpeed ZeRO-3 with optimizer and parameters offloaded to CPU (offloaded bytes: details.offloaded_bytes)",
        saves="parameters, gradients, optimizer", expected="model states leave the GPU",
        difficulty="high", overhead="much slower"),
-    _t("fsdp", {"dist": "fsdp"}, "PyTorch FSDP2 full shard",
+    _t("fsdp", {"dist": "fsdp"}, "PyTorch FSDP2 full shard (torch AdamW unless the combination names another "
+       "optimizer: it cannot step bitsandbytes' ones; with qlora the 4-bit weights are stored in bf16, "
+       "bnb_4bit_quant_storage, so FSDP shards them like any bf16 tensor)",
        saves="parameters, gradients, optimizer", expected="all model states / N per GPU",
-       difficulty="medium", overhead="communication"),
+       difficulty="medium", overhead="communication", defaults={"optimizer": "adamw"}),
+    _t("fsdp-offload", {"dist": "fsdp-offload"},
+       "PyTorch FSDP2 full shard with CPU offload (CPUOffloadPolicy: parameter and gradient shards in host "
+       "memory, the optimizer steps there; offloaded bytes: details.offloaded_bytes)",
+       saves="parameters, gradients, optimizer", expected="model states leave the GPU; one unit gathered at a time",
+       difficulty="high", overhead="host-device copies of every shard each step, CPU optimizer step: much slower",
+       defaults={"optimizer": "adamw"}),
     # batching
     _t("padding", {"batching": "padding"}, "variable-length samples padded to the longest in each batch",
        saves="-", expected="peak climbs in steps as longer batches arrive", overhead="wasted pad compute"),
@@ -297,7 +306,12 @@ DECIMAL_PATTERNS = {
         f"another process holds {x} GiB of the same card (e.g. a training run that has not released it)"),
 }
 
-SHARDED = {"zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "fsdp"}
+SHARDED = {"zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "fsdp", "fsdp-offload"}
+FSDP = {"fsdp", "fsdp-offload"}
+# sharding engines that partition the parameters: QLoRA's 4-bit weights must then be stored in a
+# 16-bit dtype (bnb_4bit_quant_storage) so the engine can flatten and shard them with the rest
+# (answer.ai's fsdp_qlora, PEFT's FSDP and DeepSpeed ZeRO-3 guides)
+SHARDS_PARAMETERS = {"zero3", "zero3-offload", "fsdp", "fsdp-offload"}
 
 
 def lookup(name: str) -> Technique:
@@ -329,10 +343,14 @@ def knobs(names: list[str]) -> dict:
             if knob in owner:
                 raise ValueError(f"{owner[knob]} and {name} both set {knob}: pick one")
             owner[knob], out[knob] = name, value
-    for name in names:  # a default (qlora's paged 8-bit AdamW) yields to a technique that sets the knob
+    # A default (qlora's paged 8-bit AdamW) yields to a technique that sets the knob; a sharding
+    # engine's default comes first (FSDP's torch AdamW: it cannot step qlora's bitsandbytes one).
+    for name in sorted(names, key=lambda n: "dist" not in lookup(n).sets):
         for knob, value in lookup(name).defaults.items():
             if knob not in owner:
                 owner[knob], out[knob] = name, value
+    if out["adapter"] == "qlora" and out["dist"] in SHARDS_PARAMETERS:
+        out["quant_storage"] = "bf16"
     for rule, reason in RULES:
         if rule(out, names):
             raise ValueError(reason(out, names) if callable(reason) else reason)
@@ -380,13 +398,11 @@ RULES = [
      "qlora computes in 16-bit over NF4 weights: it cannot be combined with fp32"),
     (lambda k, n: k["world_size"] > 1 and k["dist"] not in SHARDED,
      "a world size above 1 needs a sharding technique (zero1/2/3, zero*-offload or fsdp)"),
-    (lambda k, n: k["dist"] == "fsdp" and k["adapter"] == "qlora",
-     "fsdp shards QLoRA's 4-bit weights only when bitsandbytes stores them in a 16-bit dtype "
-     "(bnb_4bit_quant_storage, as answer.ai's fsdp_qlora and PEFT's FSDP guide set it): not modelled here yet"),
-    (lambda k, n: k["dist"] == "fsdp" and k["optimizer"] in BNB_OPTIMIZERS,
-     "fsdp cannot step a bitsandbytes optimizer (adamw8bit, lion8bit, the paged ones, or qlora's default "
-     "paged-adamw8bit): its update kernels have no DTensor sharding rule"),
-    (lambda k, n: k["dist"] == "fsdp" and k["optimizer"] == "adafactor",
+    (lambda k, n: k["dist"] in FSDP and k["optimizer"] in BNB_OPTIMIZERS,
+     "fsdp cannot step a bitsandbytes optimizer (adamw8bit, lion8bit, the paged ones): its update kernels "
+     "have no DTensor sharding rule; qlora+fsdp trains its adapters with torch AdamW, as answer.ai's fsdp_qlora "
+     "and PEFT's FSDP guide do (its default when no optimizer is named)"),
+    (lambda k, n: k["dist"] in FSDP and k["optimizer"] == "adafactor",
      "fsdp cannot step torch's Adafactor: its factored row/column means fail DTensor sharding propagation"),
     (lambda k, n: k["dist"] in ZERO and k["precision"] == "amp-fp16",
      "DeepSpeed ZeRO has no gradient scaler for autocast fp16 (its own fp16 mode is pure fp16 weights): "
@@ -423,3 +439,30 @@ def skip_reason(names: list[str], knobs: dict, mode: str) -> str:
     return ""
 
 
+
+
+def markdown_table() -> str:
+    """The catalogue as a markdown table: each technique, the knobs it sets, the knobs it sets
+    only when no other technique of the combination does (``defaults``), the modes it runs in,
+    and its summary. docs/composing.md holds this table (tests/test_composition.py)."""
+    def fmt(d: dict) -> str:
+        return ", ".join(f"`{k}={v}`" for k, v in d.items()) or "-"
+    rows = ["| technique | sets | default (yields to an explicit choice) | modes | what it is |",
+            "|---|---|---|---|---|"]
+    for name, t in CATALOG.items():
+        summary = t.summary.replace("|", "/")
+        rows.append(f"| `{name}` | {fmt(t.sets)} | {fmt(t.defaults)} | {', '.join(sorted(t.modes))} | {summary} |")
+    rows.append("| `ga<N>`, `b<N>`, `s<N>`, `w<N>` | `accum`, `batch_size`, `seq_len`, `world_size` = N | - | "
+                "cpu, cuda, sim | gradient accumulation, batch, sequence length, processes |")
+    rows.append("| (derived) | `quant_storage=bf16` when `adapter=qlora` and `dist` is one of "
+                + ", ".join(f"`{d}`" for d in sorted(SHARDS_PARAMETERS)) + " | - | cpu, cuda, sim | "
+                "bitsandbytes stores the 4-bit weights in bf16 so the engine shards them |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["--markdown"]:
+        sys.stdout.write(markdown_table())
+    else:
+        sys.exit("usage: python -m bench.techniques --markdown")

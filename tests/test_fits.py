@@ -71,7 +71,7 @@ def test_not_searched_cells_are_error_rows_with_their_reason():
     spec = cells["qwen2.5-7b__sim__zero3+w8"]
     doc = fits.search(spec, simulate=None)
     assert {r["seq_answer"] for r in doc["rows"]} == {"error"}
-    assert "partitioning" in doc["rows"][0]["reason"]
+    assert "per rank" in doc["rows"][0]["reason"] and "ft-membench fit" in doc["rows"][0]["reason"]
     assert len(doc["rows"]) == len(spec["verdict_gpus"])
     vllm = fits.search(cells["qwen2.5-7b__sim__vllm+util0.9"], simulate=None)
     assert "not a training workload" in vllm["rows"][0]["reason"]

@@ -69,17 +69,20 @@ def wrap_deepspeed(spec: dict, model, optimizer, micro_batch: int):
     return engine, ds_opt
 
 
-def wrap_fsdp(model, device):
-    """FSDP2: each decoder layer and then the whole model fully sharded."""
-    from torch.distributed.fsdp import fully_shard
+def wrap_fsdp(model, device, offload: bool = False):
+    """FSDP2: each decoder layer and then the whole model fully sharded; ``offload``: with
+    CPUOffloadPolicy (shards and their gradients in host memory, the optimizer steps there)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
     ensure_rank_env()
     if not torch.distributed.is_initialized():
         backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
         torch.distributed.init_process_group(backend)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    # pinned host shards need an accelerator: on a cpu run the shards stay in pageable memory
+    policy = CPUOffloadPolicy(pin_memory=torch.device(device).type == "cuda") if offload else OffloadPolicy()
     for layer in base.model.layers:
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, offload_policy=policy)
+    fully_shard(model, offload_policy=policy)
     return model
 
 

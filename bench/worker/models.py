@@ -157,6 +157,13 @@ def finish_kbit(model, knobs: dict):
     return model.requires_grad_(False)  # get_peft_model adds trainable adapters
 
 
+def quant_storage(knobs: dict) -> torch.dtype:
+    """The dtype bitsandbytes packs the 4-bit weights in (``bnb_4bit_quant_storage``): uint8, or
+    bf16 where FSDP or ZeRO-3 shards them with the model's other bf16 tensors (knob ``quant_storage``,
+    set by bench/techniques.py)."""
+    return torch.bfloat16 if knobs.get("quant_storage") == "bf16" else torch.uint8
+
+
 def load_qlora_base(spec: dict, config, device) -> torch.nn.Module:
     """NF4 base weights with double quantization (bitsandbytes), 16-bit compute: the QLoRA
     recipe; the other weights as ``kbit_extras_dtype`` says."""
@@ -164,7 +171,7 @@ def load_qlora_base(spec: dict, config, device) -> torch.nn.Module:
     compute = torch.float16 if knobs["precision"] == "amp-fp16" else torch.bfloat16
     qconfig = transformers.BitsAndBytesConfig(
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-        bnb_4bit_compute_dtype=compute)
+        bnb_4bit_compute_dtype=compute, bnb_4bit_quant_storage=quant_storage(knobs))
     load = knobs["load"] if knobs["load"] != "random-init" else "checkpoint"
     extras = "bf16" if knobs["precision"] == "bf16" else knobs["kbit_extras"]
     model = from_checkpoint(spec, config, {**knobs, "precision": extras, "load": load}, device,

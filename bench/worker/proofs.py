@@ -148,6 +148,19 @@ def adapter_facts(model, params) -> dict:
             "storage_dtype": _name(quantized[0].dtype), "compute_dtype": _name(compute),
             "bytes": sum(p.untyped_storage().nbytes() for p in quantized),
             "numel_unquantized": sum(torch.Size(p.quant_state.shape).numel() for p in quantized)}
+    else:  # FSDP2 made the 4-bit weights DTensor shards: bitsandbytes keeps their quant state on the module
+        mods = [m for m in model.modules() if type(m).__name__ == "Linear4bit" and getattr(m, "quant_state", None)]
+        if mods:
+            qs, w = mods[0].quant_state, mods[0].weight
+            local = getattr(w, "_local_tensor", w)
+            out["quantized_weights"] = {
+                "count": len(mods), "quant_type": qs.quant_type, "double_quant": qs.nested,
+                "storage_dtype": _name(w.dtype), "compute_dtype": _name(mods[0].compute_dtype),
+                "sharded": type(w).__name__ == "DTensor" or type(w.data).__name__ == "DTensor",
+                "local_bytes": sum(getattr(m.weight, "_local_tensor", m.weight).untyped_storage().nbytes()
+                                   for m in mods),
+                "numel_unquantized": sum(torch.Size(m.quant_state.shape).numel() for m in mods),
+                "local_shard_numel_first": local.numel()}
     return out
 
 

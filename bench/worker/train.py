@@ -60,8 +60,8 @@ class Session:
         tracker.mark("parameters", dist.parameter_tensors(self.model))
         self.optimizer = self._optimizer(knobs)
         self.engine = None
-        if knobs["dist"] == "fsdp":
-            self.model = dist.wrap_fsdp(self.model, device)
+        if knobs["dist"] in ("fsdp", "fsdp-offload"):
+            self.model = dist.wrap_fsdp(self.model, device, offload=knobs["dist"] == "fsdp-offload")
             self.optimizer = self._optimizer(knobs)
         elif knobs["dist"]:
             self.engine, self.optimizer = dist.wrap_deepspeed(
@@ -107,7 +107,7 @@ class Session:
         with t.in_phase("forward"), self.autocast, self.offload or contextlib.nullcontext():
             loss = call(**micro).loss
         self.forward_retained = max(self.forward_retained, t.total - before)
-        if self.spec["knobs"]["dist"] == "fsdp":  # its gathered full weights are parameters, not activations
+        if self.spec["knobs"]["dist"] in ("fsdp", "fsdp-offload"):  # its gathered full weights are parameters, not activations
             t.mark("parameters", dist.fsdp_unsharded_tensors(self.model))
         say("backward")
         with t.in_phase("backward"):

@@ -243,7 +243,7 @@ def qlora_base(spec: dict, config, device) -> torch.nn.Module:
 
     qconfig = transformers.BitsAndBytesConfig(
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-        bnb_4bit_compute_dtype=torch.bfloat16)
+        bnb_4bit_compute_dtype=torch.bfloat16, bnb_4bit_quant_storage=models.quant_storage(spec["knobs"]))
     knobs = spec["knobs"]
     extras = "bf16" if knobs["precision"] == "bf16" else knobs["kbit_extras"]
     # the dtype the real load reads the checkpoint in: the quant state keeps it (dequantization's output)

@@ -20,7 +20,9 @@ Applied at each phase's peak (forward, backward, optimizer step), then the large
 - activations, other: unchanged: every rank runs its own micro-batch of the cell's batch size.
 - optimizer-step temporaries: / N from stage 1 (each rank steps only its partition).
 - zero2-offload / zero3-offload: optimizer state and its step on the host (0 on the GPU);
-  zero3-offload also keeps the parameter partitions on the host.
+  zero3-offload also keeps the parameter partitions on the host; fsdp-offload (FSDP2's
+  CPUOffloadPolicy) keeps parameter, gradient and optimizer shards on the host, and the
+  optimizer steps there.
 - stage 3 and FSDP: in forward and backward the gathered parameters of the current and the
   next (prefetched) unit (embedding, each decoder layer, final norm + output head), and in
   backward one unit's full gradient before its reduce-scatter.
@@ -56,9 +58,11 @@ PARTITIONED = {
     "zero2-offload": ("optimizer", "gradients"),
     "zero3-offload": ("optimizer", "gradients", "parameters"),
     "fsdp": ("optimizer", "gradients", "parameters"),
+    "fsdp-offload": ("optimizer", "gradients", "parameters"),
 }
-OFFLOADED = {"zero2-offload": ("optimizer",), "zero3-offload": ("optimizer", "parameters")}
-GATHERS = {"zero3", "zero3-offload", "fsdp"}
+OFFLOADED = {"zero2-offload": ("optimizer",), "zero3-offload": ("optimizer", "parameters"),
+             "fsdp-offload": ("optimizer", "gradients", "parameters")}
+GATHERS = {"zero3", "zero3-offload", "fsdp", "fsdp-offload"}
 LABEL = "analytic (ZeRO paper partitioning) over the simulated single-process step"
 
 
@@ -135,7 +139,10 @@ def partition(phase_breakdown: dict, dist: str, n: int, units=()) -> dict:
     scaled = {ph: _scaled(ph, phase_breakdown[ph], dist, n, units) for ph in PHASES if ph in phase_breakdown}
     phase_peak = {ph: sum(c.values()) for ph, c in scaled.items()}
     top = max(phase_peak, key=phase_peak.get)
+    off = OFFLOADED.get(dist, ())
     return {
+        # per rank, in host memory, at the GPU's peak phase (what the GPU figures leave out)
+        "offloaded_bytes": {c: _div(phase_breakdown[top].get(c, 0), n) for c in off},
         "peak_bytes": phase_peak[top],
         "breakdown_bytes": {c: scaled[top].get(c, 0) for c in CATEGORIES},  # kv_cache: none in training
         "phase_peak_bytes": phase_peak,

@@ -153,6 +153,9 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
         states = sharding.partition({states_phase: phases[states_phase]}, dist, n)["breakdown_bytes"]
         details.update(zero_partitioning=f"{sharding.LABEL}: {dist} at world size {n}",
                        zero_peak_phase=part["peak_phase"])
+        if part["offloaded_bytes"]:
+            details["offloaded_bytes"] = part["offloaded_bytes"]
+            details["offloaded_how"] = "analytic: the offloaded categories' partition per rank, in host memory"
     profiles = spec["verdict_gpus"]
     details.update(verdict_reserve_bytes=verdicts.RESERVE_BYTES, verdict_notes=verdicts.notes(spec["knobs"], profiles))
     if spec["knobs"]["dist"]:  # the trace is the single process's step: no per-rank replay
@@ -202,7 +205,8 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
 
 
 # how each sharding engine loads the model as people launch it (accelerate, TRL, the HF Trainer)
-ENGINE_PLACEMENT = {"zero3": "zero-init", "zero3-offload": "zero-init", "fsdp": "fsdp-meta"}
+ENGINE_PLACEMENT = {"zero3": "zero-init", "zero3-offload": "zero-init", "fsdp": "fsdp-meta",
+                    "fsdp-offload": "fsdp-meta"}
 
 
 def multi_process_load(model, spec: dict, replayed: dict, profiles: dict, units: list, out: dict) -> dict:

@@ -50,11 +50,12 @@ HOW = ("counted over the first step after warm-up (one rank's micro-batches): FL
 COMM_RULE = ("communication per rank, analytic, ring collectives moving (n-1)/n of a buffer per "
              "rank: zero1/zero2 reduce-scatter the gradients of every micro-batch and all-gather the "
              "updated weights once ((accum x gradient + trainable weight bytes) x (n-1)/n); zero3 "
-             "and fsdp all-gather the weights in forward and again in backward and reduce-scatter "
+             "and fsdp (fsdp-offload too) all-gather the weights in forward and again in backward and reduce-scatter "
              "the gradients, per micro-batch (accum x (2 x weight + gradient bytes) x (n-1)/n), "
              "gradients in the trainable weights' dtype; *-offload also sends the rank's gradient "
              "partition to the host and its updated weights back over PCIe (trainable gradient + "
-             "weight bytes / n)")
+             "weight bytes / n); fsdp-offload copies the rank's weight shards to the device before each "
+             "all-gather and its gradient shards back (accum x (2 x weight + gradient bytes) / n)")
 
 
 class StepCost:
@@ -229,9 +230,12 @@ def communication(spec: dict, session) -> tuple[int, int]:
     grads = train_w  # gradients in the weights' dtype (DeepSpeed's bf16 engine, FSDP2's default)
     ring = (n - 1) / n
     accum = spec["knobs"].get("accum") or 1
-    if dist.startswith("zero3") or dist == "fsdp":
+    if dist.startswith("zero3") or dist.startswith("fsdp"):
         comm = ring * (2 * weights * accum + grads * accum)
     else:
         comm = ring * (grads * accum + train_w)
-    offload = (grads + train_w) / n if dist.endswith("-offload") else 0
+    if dist == "fsdp-offload":  # every shard to the device before each all-gather, gradient shards back
+        offload = accum * (2 * weights + grads) / n
+    else:
+        offload = (grads + train_w) / n if dist.endswith("-offload") else 0
     return int(comm), int(offload)

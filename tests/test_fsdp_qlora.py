@@ -1,0 +1,83 @@
+"""FSDP + QLoRA and QLoRA + ZeRO-3 (issue 24): bf16 quant storage, torch AdamW, FSDP's CPU
+offload, per-rank verdicts, the load phase, and the per-rank fits search.
+
+    pytest tests/test_fsdp_qlora.py -q       # real cpu runs at world size 2 are marked slow
+"""
+from __future__ import annotations
+
+import pytest
+
+from bench import fits, launch, matrix, record, verdicts
+from tests.helpers import write_matrix
+
+MiB = 2**20
+
+
+def cells(tmp_path, mode, techniques, gpus=("cpu",)):
+    return matrix.load(write_matrix(tmp_path, {"s": {"mode": mode, "models": ["tiny-llama"], "gpus": list(gpus),
+                                                     "techniques": list(techniques)}}))
+
+
+# -- the per-rank fits search: each shape one simulation, judged by the per-rank figure and the load ----
+def per_rank_spec(tmp_path):
+    spec = cells(tmp_path, "sim", ["qlora+fsdp+gc+w2"], gpus=("rtx-4090",))["tiny-llama__sim__qlora+fsdp+gc+w2"]
+    spec["verdict_gpus"] = {f"g{m}": {"kind": "cuda", "memory_bytes": verdicts.RESERVE_BYTES + m * MiB}
+                            for m in (100, 300, 3000)}
+    return spec
+
+
+def test_multi_gpu_cells_are_searched_per_rank_only_when_asked(tmp_path):
+    spec = per_rank_spec(tmp_path)
+    calls = []
+
+    def simulate(s, _log=None):  # the per-rank figure grows with tokens; the load holds 120 MiB per GPU
+        calls.append((s["batch_size"], s["seq_len"]))
+        return {"status": "ok", "_trace": {"columns": []}, "modelled_reserved_peak_bytes": s["batch_size"] * s["seq_len"] * 100_000,
+                "details": {"load_phase": {"placement": "fsdp-meta", "placements": {"fsdp-meta": {"gpu_bytes": 120 * MiB}}}}}
+    skipped = fits.search(spec, simulate)
+    assert calls == [] and {r["seq_answer"] for r in skipped["rows"]} == {"error"}
+    assert "per rank" in skipped["rows"][0]["reason"]
+    doc = fits.search(spec, simulate, per_rank=True)
+    rows = {r["gpu"]: r for r in doc["rows"]}
+    assert rows["g100"]["seq_answer"] == "none"            # the load alone (120 MiB) does not fit 100 MiB
+    for gpu, m in (("g300", 300), ("g3000", 3000)):
+        want = max(k * 256 for k in range(1, 9) if k * 256 * 100_000 <= m * MiB)
+        assert rows[gpu]["max_seq_at_batch1"] == want, (gpu, rows[gpu])
+    assert all(len(p) == 2 for p in calls) and len(calls) == len(set(calls))  # every shape simulated once
+
+
+# -- sim: tiny-llama through the real step ------------------------------------------------------------
+@pytest.mark.slow
+def test_fsdp_qlora_in_sim_is_per_rank_with_its_load_and_offload(tmp_path):
+    from bench.simpool import SimPool
+    names = ["qlora+gc", "qlora+fsdp+gc+w2", "qlora+fsdp-offload+gc+w2", "qlora+zero3+w4", "lora+zero3+gc+bf16+w8"]
+    specs = cells(tmp_path, "sim", names, gpus=("rtx-4090",))
+    with SimPool(jobs=2) as pool:
+        recs = dict(zip(names, pool.run_many([(specs[f"tiny-llama__sim__{n}"], None) for n in names])))
+    for name, rec in recs.items():
+        assert rec["status"] == "ok" and record.problems(rec) == [], (name, rec.get("reason"))
+    one, fsdp, off = recs["qlora+gc"], recs["qlora+fsdp+gc+w2"], recs["qlora+fsdp-offload+gc+w2"]
+    assert fsdp["knobs"]["optimizer"] == "adamw" and fsdp["knobs"]["quant_storage"] == "bf16"
+    assert fsdp["details"]["dtypes"]["weights"] and "bfloat16" in str(fsdp["details"]["dtypes"])
+    assert fsdp["details"]["load_phase"]["placement"] == "fsdp-meta"
+    assert "fsdp at world size 2" in fsdp["details"]["zero_partitioning"]
+    assert fsdp["breakdown_bytes"]["parameters"] < one["breakdown_bytes"]["parameters"]
+    # offload: the shards live on the host; only the gathered units stay on the GPU
+    assert off["breakdown_bytes"]["parameters"] < fsdp["breakdown_bytes"]["parameters"]
+    assert off["breakdown_bytes"]["optimizer"] == 0 and off["details"]["offloaded_bytes"]["parameters"] > 0
+    speed = off["details"]["speed_model"]["rtx-4090"]["parts"]
+    assert speed["offload_pcie"] > 0 and fsdp["details"]["speed_model"]["rtx-4090"]["parts"]["offload_pcie"] == 0
+    assert recs["lora+zero3+gc+bf16+w8"]["details"]["load_phase"]["placement"] == "zero-init"
+
+
+# -- cpu: the real libraries at world size 2 (gloo) ---------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["qlora+fsdp+w2", "qlora+fsdp-offload+gc+w2"])
+def test_fsdp_qlora_runs_on_cpu_at_world_size_2(tmp_path, name):
+    spec = cells(tmp_path, "cpu", [name])[f"tiny-llama__cpu__{name}"]
+    rec = launch.run_cell(spec, tmp_path / "w.log")
+    assert rec["status"] == "ok", f"{rec['reason']}\n{rec['log_tail']}"
+    assert record.problems(rec) == [] and len(rec["details"]["ranks"]) == 2
+    q = rec["details"]["quantized_weights"]
+    assert q["storage_dtype"] == "bfloat16" and q["sharded"] and q["quant_type"] == "nf4"
+    assert rec["details"]["optimizer_class"] == "AdamW" and rec["details"]["fsdp_sharded_params"] > 0
