@@ -151,6 +151,10 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
         out.update(peak_bytes=part["peak_bytes"], breakdown_bytes=part["breakdown_bytes"],
                    phase_peak_bytes=part["phase_peak_bytes"], step_peak_bytes=None)
         states = sharding.partition({states_phase: phases[states_phase]}, dist, n)["breakdown_bytes"]
+        if not any(states[c] for c in ("parameters", "gradients", "optimizer")):
+            # everything offloaded at the step (fsdp-offload): the GPU's states are the gathered units
+            states = max((sharding.partition({ph: phases[ph]}, dist, n, units)["breakdown_bytes"] for ph in phases),
+                         key=lambda b: b["parameters"] + b["gradients"] + b["optimizer"])
         details.update(zero_partitioning=f"{sharding.LABEL}: {dist} at world size {n}",
                        zero_peak_phase=part["peak_phase"])
         if part["offloaded_bytes"]:
