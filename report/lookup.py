@@ -92,11 +92,16 @@ def need_of(row) -> tuple[float | None, bool]:
     return None, False
 
 
-def candidates(df: pd.DataFrame) -> list[dict]:
-    """One dict per (cell, GPU) a full-size training cell was judged against or ran on."""
+def world_size(r) -> int:
+    return 1 if missing(r["world_size"]) else int(r["world_size"])
+
+
+def candidates(df: pd.DataFrame, multi: bool = False) -> list[dict]:
+    """One dict per (cell, GPU) a full-size training cell was judged against or ran on: the
+    single-GPU cells, or with ``multi`` the ZeRO/FSDP cells of several ranks."""
     out = []
     for _, r in df[df["mode"].isin(("sim", "cuda"))].iterrows():
-        if not is_training(r) or other_workload(r) or (not missing(r["world_size"]) and int(r["world_size"]) > 1):
+        if not is_training(r) or other_workload(r) or (world_size(r) > 1) != multi:
             continue
         if r["mode"] == "sim":
             if r["status"] != "ok":
@@ -212,10 +217,12 @@ def shape_of(row) -> tuple[int, int]:
 def section(df: pd.DataFrame, fits: pd.DataFrame | None = None):
     """The lookup (None when the run has no full-size training cell)."""
     by_pair: dict[tuple, list] = {}
-    for c in candidates(df):  # one ranking per workload: recipes at another batch or length are not rivals
-        by_pair.setdefault((c["model"], c["gpu"], *shape_of(c["row"])), []).append(c)
+    # one ranking per workload: recipes at another batch or length are not rivals; multi-GPU cells
+    # after the single-GPU ones, one ranking per number of GPUs (their memory and speed are per rank)
+    for c in candidates(df) + candidates(df, multi=True):
+        by_pair.setdefault((world_size(c["row"]), c["model"], c["gpu"], *shape_of(c["row"])), []).append(c)
     groups = []
-    for (model, gpu, batch, seq), group in sorted(by_pair.items()):
+    for (n, model, gpu, batch, seq), group in sorted(by_pair.items()):
         rows, timed = ranked(group)
         if not rows:
             continue
@@ -227,7 +234,10 @@ def section(df: pd.DataFrame, fits: pd.DataFrame | None = None):
             answer = UNRANKED + " (fitting recipes listed by headroom)"
         else:
             answer = "nothing in this run fits"
-        groups.append({"model": model, "gpu": gpu, "shape": f"batch {batch} x {seq} tokens",
+        groups.append({"model": model, "gpu": gpu if n == 1 else f"{n} x {gpu}",
+                       "shape": f"batch {batch} x {seq} tokens" if n == 1 else
+                       f"multi-GPU: batch {batch} per rank x {seq} tokens; need per rank, tokens/s per rank and "
+                       f"for the run (x {n}, data parallel)",
                        "capacity": fmt_gib(cap), "answer": answer,
                        "rows": [lookup_row(c, fits, c is best, i + 1) for i, c in enumerate(rows)]})
     if not groups:
@@ -238,6 +248,6 @@ def section(df: pd.DataFrame, fits: pd.DataFrame | None = None):
                     "asks of the card, the modelled reserved peak plus the CUDA context and workspace reserve, "
                     "exactly what the verdict compares with the card's memory. Ranking: highest estimated "
                     "tokens/s first (speed model, per GPU; a step that trains fewer tokens is not faster); "
-                    "FLOPs are never used to rank. Single-device recipes, "
-                    "ranked only against recipes training the same batch and length; multi-GPU cells are in the "
-                    "tables below."}
+                    "FLOPs are never used to rank. Recipes are ranked only against recipes training the same "
+                    "batch and length on the same number of GPUs; multi-GPU groups (N x GPU) come after the "
+                    "single-GPU ones, their need one rank's and their tokens/s per rank and for the run."}

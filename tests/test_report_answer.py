@@ -159,3 +159,15 @@ def test_a_recipe_at_another_batch_is_ranked_in_its_own_group():
     shapes = sorted(g["shape"] for g in got["groups"] if g["gpu"] == "rtx-4090")
     assert shapes == ["batch 1 x 2048 tokens", "batch 2 x 2048 tokens"]
     assert all(g["answer"] == "recommended: lora+gc+bf16" for g in got["groups"] if g["gpu"] == "rtx-4090")
+
+
+def test_multi_gpu_cells_have_their_own_groups_labelled_per_rank_and_for_the_run(df):
+    section = lookup.section(df)
+    multi = [g for g in section["groups"] if g["gpu"].startswith("8 x ")]
+    assert [g["gpu"] for g in multi] == ["8 x h100-80gb"] and multi[0]["shape"].startswith("multi-GPU")
+    row = multi[0]["rows"][0]
+    assert row["technique"] == "zero3+w8" and row["need"].endswith(" per rank")
+    assert "per rank" in row["tokens"] and "for the run (8 GPUs)" in row["tokens"]
+    singles = [g for g in section["groups"] if " x " not in g["gpu"]]
+    assert all(r["technique"] != "zero3+w8" for g in singles for r in g["rows"])
+    assert section["groups"].index(multi[0]) > max(section["groups"].index(g) for g in singles)
