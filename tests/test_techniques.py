@@ -45,8 +45,9 @@ def test_every_technique_sets_knobs_the_defaults_know(name):
     ("gc+w2", "needs a sharding technique"),
     ("fsdp+adamw8bit", "bitsandbytes"),
     ("fsdp+lion8bit", "bitsandbytes"),
-    ("qlora+fsdp", "bnb_4bit_quant_storage"),
-    ("qlora+adamw+fsdp", "bnb_4bit_quant_storage"),
+    ("qlora+fsdp+adamw8bit", "DTensor sharding rule"),
+    ("qlora+fsdp-offload+paged-adamw8bit", "bitsandbytes"),
+    ("fsdp+fsdp-offload", "both set dist"),
     ("fsdp+paged-adamw32bit", "bitsandbytes"),
     ("fsdp+adafactor", "Adafactor"),
     ("zero2+amp-fp16", "no gradient scaler"),
@@ -67,6 +68,7 @@ def test_impossible_combinations_are_refused_at_load_with_the_reason(matrix_file
     "lora+zero3", "fsdp+lora", "fsdp+amp-fp16", "zero2+amp-bf16", "zero2+adamw8bit", "zero2+adafactor",
     "zero3+sgd", "ga2+zero2", "ckpt-load+zero3", "packing+gc", "padding+ga2", "bf16+lion8bit",
     "qlora+zero3", "zero3-offload+adamw8bit", "low-cpu-mem-usage+fsdp",
+    "qlora+fsdp", "qlora+adamw+fsdp", "qlora+fsdp-offload+gc", "qlora+adamw", "qlora+paged-adamw32bit",
 ])
 def test_combinations_that_work_are_not_refused(combo):
     tech.knobs(combo.split("+"))
