@@ -208,7 +208,7 @@ def test_collect_writes_one_row_per_sim_cell_and_gpu(tmp_path):
     assert n == len(rows) == sum(len(s["verdict_gpus"]) for s in cells.values() if s["mode"] == "sim")
     assert list(rows[0]) == list(fits_csv.COLUMNS)
     mine = [r for r in rows if r["cell"] == spec["cell"]]
-    assert mine and all("partitioning" in r["reason"] for r in mine)
+    assert mine and all("per rank" in r["reason"] for r in mine)
     others = [r for r in rows if r["cell"] != spec["cell"]]
     assert all(r["reason"] == "no fits file" and r["seq_answer"] == "error" for r in others)
     assert all(r["provenance"] == "simulated" for r in rows)
