@@ -50,7 +50,8 @@ def test_multi_gpu_cells_are_searched_per_rank_only_when_asked(tmp_path):
 @pytest.mark.slow
 def test_fsdp_qlora_in_sim_is_per_rank_with_its_load_and_offload(tmp_path):
     from bench.simpool import SimPool
-    names = ["qlora+gc", "qlora+fsdp+gc+w2", "qlora+fsdp-offload+gc+w2", "qlora+zero3+w4", "lora+zero3+gc+bf16+w8"]
+    names = ["qlora+gc", "qlora+fsdp+gc+w2", "qlora+fsdp-offload+gc+w2", "qlora+zero3+w4", "lora+zero3+gc+bf16+w8",
+             "qlora-fp32+fsdp+w2"]
     specs = cells(tmp_path, "sim", names, gpus=("rtx-4090",))
     with SimPool(jobs=2) as pool:
         recs = dict(zip(names, pool.run_many([(specs[f"tiny-llama__sim__{n}"], None) for n in names])))
@@ -58,7 +59,10 @@ def test_fsdp_qlora_in_sim_is_per_rank_with_its_load_and_offload(tmp_path):
         assert rec["status"] == "ok" and record.problems(rec) == [], (name, rec.get("reason"))
     one, fsdp, off = recs["qlora+gc"], recs["qlora+fsdp+gc+w2"], recs["qlora+fsdp-offload+gc+w2"]
     assert fsdp["knobs"]["optimizer"] == "adamw" and fsdp["knobs"]["quant_storage"] == "bf16"
-    assert fsdp["details"]["dtypes"]["weights"] and "bfloat16" in str(fsdp["details"]["dtypes"])
+    assert fsdp["details"]["dtypes"]["quantized_weights"] == ["nf4 in bfloat16"]
+    assert one["details"]["dtypes"]["quantized_weights"] == ["nf4 in uint8"]
+    # peft's kbit preparation upcasts the other weights to fp32, never the bf16-stored 4-bit ones
+    assert recs["qlora-fp32+fsdp+w2"]["details"]["dtypes"]["quantized_weights"] == ["nf4 in bfloat16"]
     assert fsdp["details"]["load_phase"]["placement"] == "fsdp-meta"
     assert "fsdp at world size 2" in fsdp["details"]["zero_partitioning"]
     assert fsdp["breakdown_bytes"]["parameters"] < one["breakdown_bytes"]["parameters"]

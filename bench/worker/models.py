@@ -149,8 +149,17 @@ def finish_kbit(model, knobs: dict):
     ``kbit_extras`` dtype (peft's preparation for fp32, a plain cast for bf16)."""
     if knobs["kbit_extras"] == "fp32":
         import peft
+        # peft upcasts every 16-bit parameter but bitsandbytes' Params4bit (by class name); the 4-bit
+        # weights stored in bf16 (quant_storage) are held aside so that sim's, plain parameters
+        # carrying the quant state, stay packed as peft leaves a real load's
+        held = [(m, m._parameters.pop("weight")) for m in list(model.modules())
+                if getattr(m._parameters.get("weight"), "quant_state", None) is not None
+                and m._parameters["weight"].dtype.is_floating_point]
         # checkpointing is enabled by build() like every other cell, non-reentrant
-        return peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+        model = peft.prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+        for m, w in held:
+            m._parameters["weight"] = w
+        return model
     for p in model.parameters():
         if p.dtype.is_floating_point and p.dtype != torch.bfloat16:
             p.data = p.data.to(torch.bfloat16)
