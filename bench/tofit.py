@@ -123,9 +123,16 @@ def next_step(base: dict, gpu: str, cap: int) -> list[dict]:
         value, need = _int(row.get(top)), _int(row.get(nxt))
         if value is None:
             continue
+        if row.get(f"{'batch' if axis == 'batch' else 'seq'}_answer") == "beyond":
+            out.append({"change": f"{axis}: fits up to the limit searched ({value} {unit}); nothing above it was "
+                                  "asked", "technique": base["technique"], "verdict": "fits", "fits": True,
+                        "need_bytes": _int(row.get(peak)), "headroom_bytes": cap - _int(row[peak])
+                        if row.get(peak) else None, "speed_cost": "-", "step_s": None,
+                        "provenance": "sim (the recipe's search)", "source": base.get("fits_source")})
+            continue
         step = 1 if axis == "batch" else fits_csv.RESOLUTION_TOKENS
         out.append({"change": f"next {axis} up: {value + step} {unit} (largest that fits: {value})",
-                    "technique": base["technique"], "verdict": "oom" if need else "not searched", "fits": False,
+                    "technique": base["technique"], "verdict": "does-not-fit" if need else "not searched", "fits": False,
                     "need_bytes": need, "headroom_bytes": cap - need if need else None,
                     "at_largest_bytes": _int(row.get(peak)), "speed_cost": "-", "step_s": None,
                     "provenance": "sim (the recipe's search)", "source": base.get("fits_source")})
@@ -153,6 +160,8 @@ def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict
             if not _valid(merged) or merged == stacked:
                 continue
             stacked, what = merged, what + [label]
+            if len(what) == 1:
+                continue  # one change alone: already tried above
             line = evaluate([stacked])[0]
             out.append(_hint(" + ".join(what), line, base, gpu, cap))
             if line.get("verdict") == "fits":
