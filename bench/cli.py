@@ -390,7 +390,8 @@ def main(argv=None) -> int:
     fit.add_argument("--trust-remote-code", action="store_true",
                      help="run a Hub model's own code (auto_map); off by default")
     args = ap.parse_args(argv)
-    from bench import fitinput, guard, tofit
+    from bench.fit import guard, tofit
+    from bench.fit import question as fitinput
     techniques = [t.strip() for t in args.techniques.split(",") if t.strip()] if args.techniques else None
     say = lambda m: print(m, file=sys.stderr)  # noqa: E731
     try:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import guard, hubmodel, tofit, trainconfig
+from bench.fit import guard, tofit
+from bench.spec import hubmodel, trainconfig
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "tests" / "data" / "configs"

@@ -6,7 +6,7 @@ alignment-handbook recipes): SFTConfig/TrainingArguments keys and TRL's ModelCon
 """
 from __future__ import annotations
 
-from bench.trainconfig.recipe import Recipe, _true, ds_dist, positive_int
+from bench.spec.trainconfig.recipe import Recipe, _true, ds_dist, positive_int
 
 KEYS = {"per_device_train_batch_size", "optim", "gradient_checkpointing", "model_name_or_path", "max_seq_length",
         "max_length", "use_peft", "load_in_4bit", "torch_dtype", "deepspeed", "fsdp"}

@@ -1,9 +1,9 @@
 """The fit command's question from what the user gives: a MODEL argument (a matrix name, a
 config path, a Hugging Face id) and/or ``--config FILE`` (a TRL/transformers, axolotl,
-LLaMA-Factory or torchtune training config, bench/trainconfig).
+LLaMA-Factory or torchtune training config, bench/spec/trainconfig).
 
 ``question`` returns the model argument the matrix loader resolves (a Hub id's config.json is
-first put in the local Hub cache by bench/hubmodel.py, or the id is answered by the matrix model
+first put in the local Hub cache by bench/spec/hubmodel.py, or the id is answered by the matrix model
 of the same repository), the techniques, the technique options, the shape, the recipe read from
 the config (None without one) and the notes saying how the model was found. Every problem is a
 ``Usage`` error (exit status 2). Torch-free.
@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bench import hubmodel, trainconfig
-from bench.modelref import ModelError
+from bench.spec import hubmodel, trainconfig
+from bench.spec.modelref import ModelError
 
 
 class Usage(ValueError):
@@ -41,8 +41,8 @@ def question(model: str | None, config: str | None, fmt: str | None, techniques:
             recipe = trainconfig.read(config, fmt)
         except trainconfig.ConfigError as exc:
             raise Usage(str(exc)) from None
-        if techniques is None:
-            techniques = recipe.techniques()
+        if techniques is None:  # the config's one recipe, a '+'-joined combination
+            techniques = ["+".join(recipe.techniques())]
         options = recipe.options()
         seq = seq or recipe.seq
         batch = batch or recipe.batch

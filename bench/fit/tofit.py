@@ -2,7 +2,7 @@
 
 For a recipe that does not fit the GPU, ``hints`` tries the changes people make, one at a time on
 the asked recipe: a smaller batch and a shorter context (from the recipe's own searches,
-bench/fits.py: the largest batch and sequence that fit), gradient checkpointing, bf16 weights,
+bench/search/fits.py: the largest batch and sequence that fit), gradient checkpointing, bf16 weights,
 an 8-bit optimizer, QLoRA, offload (ZeRO-3 with CPU offload on one GPU) and more GPUs (ZeRO-3 on
 2, 4, 8). Each technique change is a cell of its own, answered as the fit command answers any
 recipe (a stored record that passes the gate, else a simulation now; ``evaluate``). Where no
@@ -16,8 +16,9 @@ next context past the largest that fit (the search's ``peak_at_next_*``). Torch-
 """
 from __future__ import annotations
 
-from bench import fits_csv, verdicts
-from bench.techniques import BNB_OPTIMIZERS, knobs
+from bench.estimate import verdicts
+from bench.search import fits_csv
+from bench.spec.techniques import BNB_OPTIMIZERS, knobs
 
 GiB = 2**30
 PRECISIONS = {"fp32", "amp-bf16", "amp-fp16", "bf16"}

@@ -1,4 +1,4 @@
-"""What a training config asks for, in the catalogue's terms (bench/techniques.py).
+"""What a training config asks for, in the catalogue's terms (bench/spec/techniques.py).
 
 Each format's reader (axolotl, llamafactory, torchtune, hf) fills one ``Recipe``: the model id
 as written, the technique slots (adapter, precision, optimizer, checkpointing, batching,
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bench.techniques import lookup
+from bench.spec.techniques import lookup
 
 # transformers' OptimizerNames / axolotl / LLaMA-Factory spellings -> the catalogue's optimizers
 OPTIMIZERS = {
@@ -58,7 +58,7 @@ class Recipe:
             self.optimizer = name
             self.took(key, value, name)
         else:
-            self.skip(key, value, "no such optimizer in the catalogue (bench/techniques.py): answered with "
+            self.skip(key, value, "no such optimizer in the catalogue (bench/spec/techniques.py): answered with "
                                   "the recipe's default optimizer")
 
     def techniques(self) -> list[str]:
@@ -89,7 +89,7 @@ class Recipe:
             self.skip("processes", self.world, "data parallel without ZeRO or FSDP replicates the model: each rank "
                                                 "holds what one process does (DDP's gradient buckets not modelled); "
                                                 "answered per rank as one process")
-        from bench.techniques import knobs
+        from bench.spec.techniques import knobs
         try:
             knobs(names)
         except ValueError as exc:
@@ -106,7 +106,7 @@ class Recipe:
         """The study's technique_options the config sets (LoRA's rank, alpha, dropout, targets)."""
         if not self.adapter or not self.lora:
             return {}
-        from bench.matrix import DEFAULT_MATRIX, SAFE_LOADER
+        from bench.spec.matrix import DEFAULT_MATRIX, SAFE_LOADER
         import yaml
         base = yaml.load(DEFAULT_MATRIX.read_text(), Loader=SAFE_LOADER).get("technique_options", {}).get("lora", {})
         return {"lora": {**base, **self.lora}}

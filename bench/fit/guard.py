@@ -18,7 +18,7 @@ Torch-free.
 """
 from __future__ import annotations
 
-from bench import verdicts
+from bench.estimate import verdicts
 
 SCHEMA_VERSION = 1
 OK, NO_FIT, BAD_INPUT = 0, 1, 2

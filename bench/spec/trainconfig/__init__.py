@@ -1,6 +1,6 @@
 """Training configs people already have, read into one question for ``ft-membench fit``.
 
-``read(path, fmt=None)`` returns a Recipe (bench/trainconfig/recipe.py): the model id as written,
+``read(path, fmt=None)`` returns a Recipe (bench/spec/trainconfig/recipe.py): the model id as written,
 the catalogue techniques, the technique options, batch, sequence length, processes, what was
 mapped and every setting ignored with its reason. The format is told from the keys (``FORMATS``
 order: torchtune's ``_component_`` builders, axolotl's ``base_model``/``micro_batch_size``/
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from bench.trainconfig import axolotl, hf, llamafactory, torchtune
-from bench.trainconfig.recipe import Recipe
+from bench.spec.trainconfig import axolotl, hf, llamafactory, torchtune
+from bench.spec.trainconfig.recipe import Recipe
 
 FORMATS = {"torchtune": torchtune.read, "axolotl": axolotl.read, "llamafactory": llamafactory.read, "trl": hf.read}
 
