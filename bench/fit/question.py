@@ -50,6 +50,8 @@ def question(model: str | None, config: str | None, fmt: str | None, techniques:
     if not asked:
         raise Usage(f"--config {config}: names no model (give MODEL)" if config else "MODEL or --config is needed")
     q = Question(asked, asked, techniques, seq, batch, options, recipe)
+    if model and recipe is not None and recipe.model and recipe.model != model:
+        q.notes.append(f"MODEL {model} answers in place of the config's {recipe.model}")
     if hubmodel.is_hub_id(asked):
         local = hubmodel.local_name(asked)
         if local:
