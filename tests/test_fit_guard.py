@@ -121,6 +121,14 @@ def test_a_deepspeed_config_is_a_zero_stage(tmp_path):
                                                     "optim": "adamw_bnb_8bit"}))
     r = trainconfig.read(tmp_path / "args.json")
     assert r.techniques() == ["amp-bf16", "adamw8bit", "zero3-offload"]
+    doc = json.loads((tmp_path / "args.json").read_text()) | {"num_processes": 4}
+    (tmp_path / "args4.json").write_text(json.dumps(doc))
+    assert trainconfig.read(tmp_path / "args4.json").techniques() == ["amp-bf16", "adamw8bit", "zero3-offload", "w4"]
+    del doc["deepspeed"]
+    (tmp_path / "ddp.json").write_text(json.dumps(doc))
+    r = trainconfig.read(tmp_path / "ddp.json")
+    assert r.techniques() == ["amp-bf16", "adamw8bit"]  # plain DDP: per rank as one process, said so
+    assert any(i["key"] == "processes" and "replicates" in i["reason"] for i in r.ignored)
 
 
 def test_a_bad_config_is_bad_input(tmp_path):

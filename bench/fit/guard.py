@@ -140,9 +140,11 @@ def describe(q, hints: list[dict], warns: list[str], code: int) -> str:
                 "  mapped:"]
         out += [f"    {m['key']}: {m['value']} -> {m['as']}" for m in r.mapped]
         out += ["  ignored:"] + [f"    {i['key']}: {str(i['value'])[:40]}: {i['reason']}" for i in r.ignored]
-    if hints:
-        out += ["", "what to change (memory: sim, the modelled reserved peak; speed: modelled):"]
-        for h in hints:
+    for kind, title in (("to-fit", "what to change to fit"), ("next-step", "the next step up")):
+        some = [h for h in hints if h.get("kind") == kind]
+        if some:
+            out += ["", f"{title} (memory: sim, the modelled reserved peak; speed: modelled):"]
+        for h in some:
             mark = "fits" if h["fits"] else h.get("verdict") or "?"
             out.append(f"  {h['for_recipe']}: {h['change']}: {mark}, need {_gib(h['need_bytes'])}"
                        f" (headroom {_gib(h['headroom_bytes'])}); {h['speed_cost']} [{h['provenance']}]")

@@ -80,7 +80,7 @@ def _speed_cost(line: dict, base: dict, gpu: str) -> str:
 
 def _hint(what: str, line: dict, base: dict, gpu: str, cap: int) -> dict:
     need = _need(line)
-    return {"change": what, "technique": line["technique"], "verdict": line.get("verdict"),
+    return {"kind": "to-fit", "change": what, "technique": line["technique"], "verdict": line.get("verdict"),
             "fits": line.get("verdict") == "fits", "need_bytes": need,
             "saves_bytes": (_need(base) - need) if need is not None and _need(base) is not None else None,
             "headroom_bytes": cap - need if need is not None else None,
@@ -96,7 +96,7 @@ def shape_hints(base: dict, gpu: str, cap: int) -> list[dict]:
     top_b = _int(row.get("max_batch_at_seq"))
     if top_b and top_b < batch:
         accum = -(-batch // top_b)
-        out.append({"change": f"batch {batch} -> {top_b} (ga{accum} keeps the effective batch)",
+        out.append({"kind": "to-fit", "change": f"batch {batch} -> {top_b} (ga{accum} keeps the effective batch)",
                     "technique": base["technique"], "verdict": "fits", "fits": True,
                     "need_bytes": _int(row.get("peak_at_max_batch_bytes")),
                     "headroom_bytes": cap - _int(row["peak_at_max_batch_bytes"]) if row.get("peak_at_max_batch_bytes")
@@ -105,7 +105,7 @@ def shape_hints(base: dict, gpu: str, cap: int) -> list[dict]:
                     "provenance": "sim (the recipe's search)", "source": base.get("fits_source")})
     top_s = _int(row.get("max_seq_at_batch1"))
     if top_s and (top_s < seq or batch > 1):
-        out.append({"change": f"context {seq} -> {top_s} tokens at batch 1", "technique": base["technique"],
+        out.append({"kind": "to-fit", "change": f"context {seq} -> {top_s} tokens at batch 1", "technique": base["technique"],
                     "verdict": "fits", "fits": True, "need_bytes": _int(row.get("peak_at_max_seq_bytes")),
                     "headroom_bytes": cap - _int(row["peak_at_max_seq_bytes"]) if row.get("peak_at_max_seq_bytes")
                     else None, "speed_cost": "shorter samples (truncated or split); speed not modelled at that shape",
@@ -125,14 +125,14 @@ def next_step(base: dict, gpu: str, cap: int) -> list[dict]:
         if value is None:
             continue
         if row.get(f"{'batch' if axis == 'batch' else 'seq'}_answer") == "beyond":
-            out.append({"change": f"{axis}: fits up to the limit searched ({value} {unit}); nothing above it was "
+            out.append({"kind": "next-step", "change": f"{axis}: fits up to the limit searched ({value} {unit}); nothing above it was "
                                   "asked", "technique": base["technique"], "verdict": "fits", "fits": True,
                         "need_bytes": _int(row.get(peak)), "headroom_bytes": cap - _int(row[peak])
                         if row.get(peak) else None, "speed_cost": "-", "step_s": None,
                         "provenance": "sim (the recipe's search)", "source": base.get("fits_source")})
             continue
         step = 1 if axis == "batch" else fits_csv.RESOLUTION_TOKENS
-        out.append({"change": f"next {axis} up: {value + step} {unit} (largest that fits: {value})",
+        out.append({"kind": "next-step", "change": f"next {axis} up: {value + step} {unit} (largest that fits: {value})",
                     "technique": base["technique"], "verdict": "does-not-fit" if need else "not searched", "fits": False,
                     "need_bytes": need, "headroom_bytes": cap - need if need else None,
                     "at_largest_bytes": _int(row.get(peak)), "speed_cost": "-", "step_s": None,

@@ -22,6 +22,9 @@ from bench.spec.trainconfig.recipe import Recipe
 FORMATS = {"torchtune": torchtune.read, "axolotl": axolotl.read, "llamafactory": llamafactory.read, "trl": hf.read}
 
 
+PROCESS_KEYS = ("num_processes", "nproc_per_node", "world_size")
+
+
 class ConfigError(ValueError):
     """A config that cannot be used: the message names the file and why."""
 
@@ -60,6 +63,12 @@ def read(path, fmt: str | None = None) -> Recipe:
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt}: one of {', '.join(FORMATS)}")
     recipe = FORMATS[fmt](doc, str(path))
+    for key in PROCESS_KEYS:  # processes, where the config states them (accelerate/torchrun spellings)
+        if isinstance(doc.get(key), int) and not isinstance(doc[key], bool) and doc[key] >= 1:
+            recipe.ignored = [i for i in recipe.ignored if i["key"] != key]
+            recipe.world = doc[key]
+            recipe.took(key, doc[key], f"{doc[key]} processes (w{doc[key]} with ZeRO/FSDP)")
+            break
     try:
         recipe.techniques()
     except ValueError as exc:

@@ -50,7 +50,9 @@ class Recipe:
         self.mapped.append({"key": key, "value": value, "as": became})
 
     def skip(self, key: str, value, reason: str) -> None:
-        self.ignored.append({"key": key, "value": value, "reason": reason})
+        item = {"key": key, "value": value, "reason": reason}
+        if item not in self.ignored:  # techniques() may be asked again: one entry per setting
+            self.ignored.append(item)
 
     def set_optimizer(self, key: str, value) -> None:
         name = OPTIMIZERS.get(str(value).strip().lower())
