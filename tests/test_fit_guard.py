@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from bench.fit import guard, tofit
 from bench.spec import hubmodel, trainconfig

@@ -125,8 +125,9 @@ def next_step(base: dict, gpu: str, cap: int) -> list[dict]:
         if value is None:
             continue
         if row.get(f"{'batch' if axis == 'batch' else 'seq'}_answer") == "beyond":
-            out.append({"kind": "next-step", "change": f"{axis}: fits up to the limit searched ({value} {unit}); nothing above it was "
-                                  "asked", "technique": base["technique"], "verdict": "fits", "fits": True,
+            out.append({"kind": "next-step",
+                        "change": f"{axis}: fits up to the limit searched ({value} {unit}); nothing above it was asked",
+                        "technique": base["technique"], "verdict": "fits", "fits": True,
                         "need_bytes": _int(row.get(peak)), "headroom_bytes": cap - _int(row[peak])
                         if row.get(peak) else None, "speed_cost": "-", "step_s": None,
                         "provenance": "sim (the recipe's search)", "source": base.get("fits_source")})

@@ -8,10 +8,6 @@ from __future__ import annotations
 
 from bench.spec.trainconfig.recipe import Recipe, _true, ds_dist, positive_int
 
-KEYS = {"per_device_train_batch_size", "optim", "gradient_checkpointing", "model_name_or_path", "max_seq_length",
-        "max_length", "use_peft", "load_in_4bit", "torch_dtype", "deepspeed", "fsdp"}
-
-
 def training_args(doc: dict, r: Recipe, weights_16bit: bool) -> set[str]:
     """Read the shared TrainingArguments keys into ``r``; the keys it consumed."""
     used = set()

@@ -176,16 +176,6 @@ def ds_dist(doc, key: str, recipe: Recipe) -> None:
     recipe.took(key, doc if isinstance(doc, str) else "(inline)", name)
 
 
-def precision_of(bf16, fp16, weights_16bit: bool) -> str | None:
-    """transformers' bf16/fp16 flags: 16-bit weights (loaded in that dtype, as axolotl,
-    LLaMA-Factory and torchtune load them) -> bf16; autocast over fp32 weights -> amp-*."""
-    if _true(bf16):
-        return "bf16" if weights_16bit else "amp-bf16"
-    if _true(fp16):
-        return "amp-fp16"
-    return None
-
-
 def _true(value) -> bool:
     return value is True or str(value).strip().lower() in ("true", "auto", "1", "yes")
 
