@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from bench.fit import guard, tofit
 from bench.spec import hubmodel, trainconfig
 
