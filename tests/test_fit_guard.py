@@ -64,6 +64,13 @@ def test_a_malformed_config_json_says_malformed_not_unknown(tmp_path):
     assert "unknown model" not in proc.stderr
 
 
+def test_a_malformed_local_config_says_malformed(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    proc = fit([str(tmp_path / "config.json"), "--gpu", "rtx-4090", "--techniques", "lora"], tmp_path)
+    assert proc.returncode == 2 and "malformed" in proc.stderr and str(tmp_path) in proc.stderr
+    assert "unknown model" not in proc.stderr
+
+
 def test_remote_code_is_opt_in(tmp_path):
     cfg = json.loads(TINY.read_text()) | {"auto_map": {"AutoConfig": "configuration_x.XConfig"}}
     proc = fit(["acme/tiny-hub", "--gpu", "rtx-4090", "--techniques", "lora"], tmp_path,
