@@ -40,12 +40,16 @@ from pathlib import Path
 
 import yaml
 
-from bench import atomic, fits, fits_csv, inputs, matrix, record, verdicts
+from bench import atomic, cli_format, fits, fits_csv, inputs, matrix, record, verdicts
+from bench.measures import need_bytes
 from bench.techniques import MAXIMUMS, MINIMUMS
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STUDY = "sim-7b-8b"  # its techniques are the default list
 GiB = 2**30
+
+
+MALFORMED = ("not valid JSON", "must be a JSON object", "model_type missing", "cannot read it")  # bench/modelref.py
 
 
 class Usage(ValueError):
@@ -101,7 +105,11 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
             # Hugging Face ids): what it refuses is refused here, in its words
             text = str(exc).replace(f"{path}: ", "")
             if text.startswith("studies.fit.models[0]: "):  # the resolver's words name the known models
-                raise Usage(f"unknown model {model!r}: {text.split(': ', 1)[1]}") from None
+                said = text.split(": ", 1)[1]
+                if any(w in said for w in MALFORMED):   # a file that exists but does not parse is no unknown model
+                    source, _, why = said.removeprefix("model ").partition(": ")
+                    raise Usage(f"malformed config.json: {source}: {why}") from None
+                raise Usage(f"unknown model {model!r}: {said}") from None
             raise Usage(text.replace("studies.fit.", "")) from None
     return cells
 
@@ -291,17 +299,19 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
            "simulated (fake tensors, counted as CUDA would allocate; reserved memory modelled), not measured on a GPU",
            ""]
     tw = max([28] + [len(ln["technique"]) for ln in lines])  # a long combination never shifts the columns
-    head = (f"{'technique':<{tw}} {'verdict':<8} {'need GiB':>9} {'usable':>7}  {'largest seq at batch 1':<47} "
+    head = (f"{'technique':<{tw}} {'verdict':<8} {'need GiB':>9} {'card GiB':>8}  {'largest seq at batch 1':<47} "
             f"{'largest batch':<40} speed")
     out += [head, "-" * len(head)]
     for ln in lines:
         rec = ln.get("record") or {}
-        need = rec.get("modelled_reserved_peak_bytes")
+        serving = bool((rec.get("details") or {}).get("vllm"))   # a vLLM plan: its line under the row says it
+        need, lower = need_bytes(rec) if rec.get("status") == "ok" and not serving else (None, False)  # the report's
         row = ln.get("fit")
         seq = fits_csv.answer_text(row, "seq") if row else "not searched"
         bat = fits_csv.answer_text(row, "batch") if row else "not searched"
-        need_s = f"{need / GiB:9.2f}" if need else f"{'-':>9}"
-        out.append(f"{ln['technique']:<{tw}} {ln['verdict'] or '?':<8} {need_s} {cap / GiB:>7.2f}  {fitted(seq, 47)} "
+        need_s = f"{('>=' if lower else '') + f'{need / GiB:.2f}':>9}" if need else f"{'-':>9}"
+        out.append(f"{ln['technique']:<{tw}} {ln['verdict'] or '?':<8} {need_s} {profile['memory_bytes'] / GiB:>8.2f}  "
+                   f"{fitted(seq, 47)} "
                    f"{fitted(bat, 40)} {speed(rec, gpu)}")
         if ln.get("reason"):
             out.append(f"    {ln['reason']}")
@@ -311,9 +321,14 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         note = ((rec.get("details") or {}).get("verdict_notes") or {}).get(gpu)
         if note:  # fits with paging, oom while loading, no bf16 kernels: what the verdict rests on
             out.append(f"    {note}")
+        out += [f"    {t}" for t in cli_format.vllm_lines(rec, gpu)]   # KV space, tokens, vLLM's error text
+        if hint := cli_format.precision_hint(rec, ln.get("verdict")):
+            out.append(f"    {hint}")
     out.append("")
-    out.append("need: the modelled reserved peak of one step (per rank for ZeRO/FSDP, whose speed is per rank and "
-               "for the run); usable: what the allocator may reserve. Where each answer came from:")
+    out.append(f"need: the modelled reserved peak of one step plus the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB "
+               "CUDA reserve (context, cuBLAS workspaces), the figure the verdict sets against the card's memory and "
+               "the report's need (per rank for ZeRO/FSDP, whose speed is per rank and for the run; '>=' where no "
+               "reserved peak was modelled). Where each answer came from:")
     for ln in lines:
         out.append(f"  {ln['technique']}: record {_short(ln.get('source', '-'))}; fits {_short(ln.get('fits_source', '-'))}")
     out += peer_lines(lines)
