@@ -210,10 +210,12 @@ def stored_fits(spec: dict, results: Path, gpu: str) -> tuple[dict, str] | tuple
 
 def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print, jobs: int = 1) -> list[dict]:
     """One line of the answer per technique (dicts), simulating and searching what is missing."""
+    from bench.sample_cache import SampleCache
     from bench.simpool import SimPool
     here = versions()
     out = []
     with SimPool(jobs) as pool:
+        samples = SampleCache(pool, here, say=say)
         for cid, spec in cells.items():
             line = {"technique": "+".join(spec["techniques"]), "cell": cid}
             rec, where = stored_record(spec, record_paths(spec, results), here, gpu)
@@ -237,12 +239,14 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
                 doc, fits_from = stored_fits(judged, results, gpu)
             if doc is None and search and rec.get("status") == "ok":
                 say(f"  searching {cid} on {gpu} ...")
-                doc = fits.search(dict(spec, verdict_gpus={gpu: spec["verdict_gpus"][gpu]}), pool.run_cell,
-                                  simulate_many=pool.run_many)
+                hits = samples.hits   # the sample shapes are the GPU's own only in their verdict: reused
+                doc = fits.search(dict(spec, verdict_gpus={gpu: spec["verdict_gpus"][gpu]}), samples.run_cell,
+                                  simulate_many=samples.run_many)
                 doc.update(cell=cid, inputs_sha256=spec["inputs_sha256"])
                 path = own_fits_path(spec, results, gpu)
                 kept = f"kept in {path}" if keep_file(path, doc, say) else "not kept"
-                fits_from = f"searched now ({len(doc['simulated'])} simulations, {doc['s']} s; {kept})"
+                fits_from = (f"searched now ({len(doc['simulated'])} sample shapes, {samples.hits - hits} of them "
+                             f"from the sample cache; {doc['s']} s; {kept})")
             row = next((r for r in (doc or {}).get("rows", []) if r["gpu"] == gpu), None)
             line.update(fit=row, fits_source=fits_from if row else "not searched")
             out.append(line)

@@ -105,3 +105,29 @@ def test_a_sequence_past_the_models_positions_is_refused(tmp_path, capsys):
                      "--seq", "262144", "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "sequence length 262144 is beyond the model's context (max_position_embeddings 131072)" in err
+
+
+@pytest.mark.slow
+def test_a_second_gpu_reuses_the_search_samples_and_answers_the_same(tmp_path, monkeypatch, capsys):
+    """Asking about a second GPU simulated the search's sample shapes again (47 s for
+    Mistral-7B): their traces do not depend on the GPU. Now they come from the sample cache
+    (bench/sample_cache.py), and the answer is the one a search without the cache gives."""
+    import re
+    from bench import fits
+    from bench.simpool import SimPool
+    monkeypatch.setenv("FT_MEMBENCH_CACHE", str(tmp_path / "cache"))
+    ask = ["fit", "tiny-llama", "--techniques", "lora", "--seq", "256", "--jobs", "1", "--results", str(tmp_path / "r")]
+    assert cli.main([*ask, "--gpu", "rtx-4090"]) == 0
+    first = re.search(r"searched now \((\d+) sample shapes, (\d+) of them from the sample cache", capsys.readouterr().out)
+    assert first and int(first[1]) > 0 and first[2] == "0"
+    assert cli.main([*ask, "--gpu", "t4"]) == 0
+    second = re.search(r"searched now \((\d+) sample shapes, (\d+) of them from the sample cache", capsys.readouterr().out)
+    assert second and second[1] == second[2] == first[1]          # no new simulation
+    kept = json.loads((tmp_path / "r" / "fits-cli" / "tiny-llama__sim__lora.b1.s256.t4.json").read_text())
+    spec = next(iter(cli.specs("tiny-llama", "t4", ["lora"], 256, None).values()))
+    with SimPool(1) as pool:
+        fresh = fits.search(dict(spec, verdict_gpus={"t4": spec["verdict_gpus"]["t4"]}), pool.run_cell,
+                            simulate_many=pool.run_many)
+    fields = ("max_seq_at_batch1", "seq_answer", "max_batch_at_seq", "batch_answer", "peak_at_max_seq_bytes",
+              "peak_at_next_seq_bytes", "peak_at_max_batch_bytes", "peak_at_next_batch_bytes")
+    assert [{k: r[k] for k in fields} for r in kept["rows"]] == [{k: r[k] for k in fields} for r in fresh["rows"]]
