@@ -356,7 +356,8 @@ def _short(text) -> str:
     return text
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The `ft-membench` command line, built without running anything (tests/test_docs.py reads it)."""
     ap = argparse.ArgumentParser(prog="ft-membench", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("fit", help="will MODEL fine-tune on GPU, and how far can it go")
@@ -370,7 +371,11 @@ def main(argv=None) -> int:
     fit.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                      help="simulations at once (default: 2, or 1 on a 1-core machine)")
     fit.add_argument("--no-search", action="store_true", help="answer from records only, search nothing")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     techniques = [t.strip() for t in args.techniques.split(",") if t.strip()] if args.techniques else None
     try:
         if techniques == []:
