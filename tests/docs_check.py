@@ -19,10 +19,14 @@ import re
 import shlex
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import yaml
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: pytest depends on tomli there
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = ("python -m ", "ft-membench ", "snakemake ", "pytest", "pip install ", ".ci/")
@@ -33,6 +37,7 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 COMBINATION = re.compile(r"[a-z][a-z0-9.-]*(\+[a-z][a-z0-9.-]*)+")
 CELL_ID = re.compile(r"([a-z0-9.-]+)__([a-z0-9.-]+)__([a-z0-9.+-]+)")
 STUDY = re.compile(r"(?:[Ss]tudy|[Ss]tudies)\s+`([a-z0-9.-]+)`|`([a-z0-9.-]+)`\s+study")
+DOTTED = re.compile(r"(?:bench|report)(?:\.\w+)+")
 YAML_KEY = re.compile(r"([a-z_]+):(?: .*)?")
 VALUE_FLAGS = {"snakemake": {"--cores", "-c", "--jobs", "-j", "--profile"},
                "pytest": {"-k", "-m", "-p", "--matrix", "--cell", "--cell-out", "--benchmark-json"}}
@@ -262,6 +267,20 @@ def check_command(tokens: list[str]) -> list[str]:
     return []
 
 
+def check_dotted(name: str) -> list[str]:
+    """`bench.launch.run_cell`: the longest prefix that is a repo module, and the rest defined in it."""
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        path = module_file(".".join(parts[:i]))
+        path = path if path and path.is_file() else (path / "__init__.py" if path else None)
+        if path and path.is_file() and i > 1:
+            rest = parts[i:]
+            if rest and not re.search(rf"^\s*(?:def |class )?{rest[0]}\b", path.read_text(), re.M):
+                return [f"{name}: {rest[0]} is not defined in {path.relative_to(ROOT)}"]
+            return []
+    return [f"no module {name}"]
+
+
 def check_names(text: str, pending: set[str]) -> list[str]:
     """Repo paths, technique combinations, cell ids, studies and matrix keys in the prose."""
     out, f = [], facts()
@@ -277,6 +296,8 @@ def check_names(text: str, pending: set[str]) -> list[str]:
                 out.append(f"cell {span}: no GPU profile {cell.group(2)!r}")
         elif COMBINATION.fullmatch(span):
             out += check_techniques(span)
+        if DOTTED.fullmatch(span):
+            out += check_dotted(span)
         key = YAML_KEY.fullmatch(span)
         if key and not re.search(rf"\b{key.group(1)}:", f["yaml"]) and f'"{key.group(1)}"' not in f["python"]:
             out.append(f"matrix key {key.group(1)!r} is in no matrix file nor the loader")
