@@ -58,7 +58,7 @@ MUTATIONS = {   # name: (doc, a line of it, the same line broken, what the check
     "a file path": ("README.md", "`matrix/default.yaml`", "`matrix/defaults.yaml`", "no file matrix/defaults.yaml"),
     "a link": ("README.md", "(docs/records.md)", "(docs/record.md)", "no such file"),
     "a study": ("docs/speed-and-allocator.md", "`sim-8b-reserved` study", "`sim-8b-reserve` study", "no study"),
-    "a dotted name": ("docs/reproduce.md", "`bench.launch.run_cell`", "`bench.launcher.run_cell`", "no module"),
+    "a dotted name": ("docs/reproduce.md", "`bench.runner.launch.run_cell`", "`bench.launch.run_cell`", "no module"),
     "a matrix key": ("docs/extending.md", "`model_options: {", "`model_option: {", "matrix key 'model_option'"),
 }
 
