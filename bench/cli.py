@@ -4,18 +4,18 @@
     ft-membench fit llama-3.1-8b --gpu a100-40gb --techniques lora+gc+bf16,qlora+gc --seq 4096 --batch 2
 
 The whole-step counterpart of ``accelerate estimate-memory`` (weights and Adam only): for each
-technique, the simulated training step's verdict on the GPU (bench/verdicts.py), what it needs
+technique, the simulated training step's verdict on the GPU (bench/estimate/verdicts.py), what it needs
 (the modelled reserved peak) against what the card offers, the largest sequence at batch 1 and
-the largest batch at the sequence length that fit (bench/fits.py), and the estimated speed
+the largest batch at the sequence length that fit (bench/search/fits.py), and the estimated speed
 where the record has a speed model. Without ``--techniques``: the techniques of the default
 matrix's 7-8B study, and the best recipes among them (those that fit, most tokens/s first where a
 speed model exists, else those that go furthest).
 
-It shares all its code with the matrix path: the spec comes from bench.matrix (a one-study
+It shares all its code with the matrix path: the spec comes from bench.spec.matrix (a one-study
 matrix written for the question), a missing simulation runs in the warm sim worker
-(bench/simpool.py) exactly as the cell's Snakemake job would, and the searches are
-bench.fits'. Answers already computed are reused, never approximated: a cell record in
-``results/cells`` or ``results/reference/cells`` that passes the record gate (bench/record.gate:
+(bench/search/simpool.py) exactly as the cell's Snakemake job would, and the searches are
+bench.search.fits'. Answers already computed are reused, never approximated: a cell record in
+``results/cells`` or ``results/reference/cells`` that passes the record gate (bench/records/record.gate:
 the contract, and the same inputs_sha256, knobs and shape; a study's record for a GPU that study
 judged: ``judged_on``) made by the same library versions and engine code
 (``versions.ft_membench_engine``), and a search in ``results/fits/`` for the same inputs;
@@ -40,9 +40,13 @@ from pathlib import Path
 
 import yaml
 
-from bench import atomic, cli_format, fits, fits_csv, inputs, matrix, record, verdicts
-from bench.measures import need_bytes
-from bench.techniques import MAXIMUMS, MINIMUMS
+from bench import cli_format
+from bench.estimate import verdicts
+from bench.estimate.measures import need_bytes
+from bench.records import atomic, record
+from bench.search import fits, fits_csv
+from bench.spec import inputs, matrix
+from bench.spec.techniques import MAXIMUMS, MINIMUMS
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STUDY = "sim-7b-8b"  # its techniques are the default list
@@ -210,8 +214,8 @@ def stored_fits(spec: dict, results: Path, gpu: str) -> tuple[dict, str] | tuple
 
 def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print, jobs: int = 1) -> list[dict]:
     """One line of the answer per technique (dicts), simulating and searching what is missing."""
-    from bench.sample_cache import SampleCache
-    from bench.simpool import SimPool
+    from bench.search.sample_cache import SampleCache
+    from bench.search.simpool import SimPool
     here = versions()
     out = []
     with SimPool(jobs) as pool:
@@ -375,7 +379,8 @@ def _short(text) -> str:
     return text
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The `ft-membench` command line, built without running anything (tests/test_docs.py reads it)."""
     ap = argparse.ArgumentParser(prog="ft-membench", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("fit", help="will MODEL fine-tune on GPU, and how far can it go")
@@ -389,7 +394,11 @@ def main(argv=None) -> int:
     fit.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                      help="simulations at once (default: 2, or 1 on a 1-core machine)")
     fit.add_argument("--no-search", action="store_true", help="answer from records only, search nothing")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     techniques = [t.strip() for t in args.techniques.split(",") if t.strip()] if args.techniques else None
     try:
         if techniques == []:

@@ -33,7 +33,7 @@ import math
 
 import pandas as pd
 
-from bench.measures import comparable_step, need_bytes
+from bench.estimate.measures import comparable_step, need_bytes
 from report.compare import other_workload, parts
 from report.fmt import DASH, details, dtypes_text, fmt_count, fmt_gib, jcol, knobs, missing, provenance
 
@@ -83,7 +83,7 @@ def need_of(row) -> tuple[float | None, bool]:
     """(bytes the cell asks of the card, whether that is only a lower bound)."""
     if row["mode"] == "cuda":
         return (None, False) if missing(row["reserved_peak_bytes"]) else (float(row["reserved_peak_bytes"]), False)
-    return need_bytes(row)   # the CLI's need too (bench/measures.py)
+    return need_bytes(row)   # the CLI's need too (bench/estimate/measures.py)
 
 
 def candidates(df: pd.DataFrame) -> list[dict]:
@@ -185,7 +185,7 @@ def lookup_row(c: dict, fits, recommended: bool, rank: int) -> dict:
     note = verdict_note(r, c["gpu"])
     n = 1 if missing(r["world_size"]) else int(r["world_size"])
     if n > 1:  # a multi-GPU cell: memory is one rank's; a measured record's tokens/s is the run's
-        # (bench/ranks.py), the speed model's one rank's
+        # (bench/runner/ranks.py), the speed model's one rank's
         measured = r["mode"] == "cuda" and not missing(r["tokens_per_s"])
         run = float(r["tokens_per_s"]) if measured else ((c["speed"] or {}).get("tokens_per_s") or 0) * n
         if run:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import cli, verdicts
+from bench import cli
+from bench.estimate import verdicts
 
 REF = Path(__file__).resolve().parent.parent / "results" / "reference"
 GiB = 2**30
@@ -111,10 +112,10 @@ def test_a_sequence_past_the_models_positions_is_refused(tmp_path, capsys):
 def test_a_second_gpu_reuses_the_search_samples_and_answers_the_same(tmp_path, monkeypatch, capsys):
     """Asking about a second GPU simulated the search's sample shapes again (47 s for
     Mistral-7B): their traces do not depend on the GPU. Now they come from the sample cache
-    (bench/sample_cache.py), and the answer is the one a search without the cache gives."""
+    (bench/search/sample_cache.py), and the answer is the one a search without the cache gives."""
     import re
-    from bench import fits
-    from bench.simpool import SimPool
+    from bench.search import fits
+    from bench.search.simpool import SimPool
     monkeypatch.setenv("FT_MEMBENCH_CACHE", str(tmp_path / "cache"))
     ask = ["fit", "tiny-llama", "--techniques", "lora", "--seq", "256", "--jobs", "1", "--results", str(tmp_path / "r")]
     assert cli.main([*ask, "--gpu", "rtx-4090"]) == 0
