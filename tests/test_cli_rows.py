@@ -1,7 +1,7 @@
 """Issue 27's defects of ``ft-membench fit`` (bench/cli.py, bench/cli_format.py), each on the
 committed reference records and searches (results/reference/), rendered as the CLI prints them.
 
-    pytest tests/test_issue27_cli.py -q
+    pytest tests/test_cli_rows.py -q
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Issue 27's report defects, each on made-up records (tests/records.py) or the built page.
 
-    pytest tests/test_issue27_report.py -q
+    pytest tests/test_report_rankings_and_layout.py -q
 """
 from __future__ import annotations
 
