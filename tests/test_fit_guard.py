@@ -153,9 +153,9 @@ def test_does_not_fit_exits_1_with_hints_in_json(tmp_path):
     assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["verdict"] == "does-not-fit" and doc["recipes"][0]["verdict"] in ("oom", "tight")
-    assert doc["recipes"][0]["need_bytes"] > doc["gpu"]["capacity_bytes"]
+    assert doc["recipes"][0]["need_bytes"] > doc["gpu"]["memory_bytes"]
     fixes = [h for h in doc["hints"] if h["fits"]]
-    assert fixes and all(h["need_bytes"] <= doc["gpu"]["capacity_bytes"] for h in fixes)
+    assert fixes and all(h["need_bytes"] <= doc["gpu"]["memory_bytes"] for h in fixes)
     assert all("sim" in h["provenance"] for h in doc["hints"])
     assert doc["hints"][0]["fits"] and "gradient checkpointing" in doc["hints"][0]["change"]
 

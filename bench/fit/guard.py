@@ -19,6 +19,7 @@ Torch-free.
 from __future__ import annotations
 
 from bench.estimate import verdicts
+from bench.estimate.measures import need_bytes
 
 SCHEMA_VERSION = 1
 OK, NO_FIT, BAD_INPUT = 0, 1, 2
@@ -73,16 +74,18 @@ def _num(value):
 def recipe_object(line: dict, gpu: str, cap: int) -> dict:
     rec = line.get("record") or {}
     row = line.get("fit") or {}
-    need = rec.get("modelled_reserved_peak_bytes")
+    need, _ = need_bytes(rec) if rec else (None, False)  # as the table and the report: modelled peak + reserve
+    need = int(need) if need is not None else None
     est = ((rec.get("details") or {}).get("speed_model") or {}).get(gpu) or {}
     world = rec.get("world_size") or 1
     page = ((rec.get("details") or {}).get("paging") or {}).get(gpu)
     return {
         "technique": line["technique"], "cell": line.get("cell"), "verdict": status(line, gpu),
-        "need_bytes": need, "need_is": "modelled reserved peak of one step, per rank" if world > 1
-        else "modelled reserved peak of one step",
+        "need_bytes": need, "need_is": "modelled reserved peak of one step plus the CUDA reserve, against "
+        "memory_bytes" + (", per rank" if world > 1 else ""),
+        "modelled_reserved_peak_bytes": rec.get("modelled_reserved_peak_bytes"),
         "allocated_peak_bytes": rec.get("peak_bytes"),
-        "capacity_bytes": cap, "headroom_bytes": cap - need if need is not None else None,
+        "capacity_bytes": cap, "headroom_bytes": cap + verdicts.RESERVE_BYTES - need if need is not None else None,
         "world_size": world, "paging": page,
         "largest_seq_at_batch1": _num(row.get("max_seq_at_batch1")),
         "largest_batch_at_seq": _num(row.get("max_batch_at_seq")),

@@ -17,6 +17,7 @@ next context past the largest that fit (the search's ``peak_at_next_*``). Torch-
 from __future__ import annotations
 
 from bench.estimate import verdicts
+from bench.estimate.measures import need_bytes
 from bench.search import fits_csv
 from bench.spec.techniques import BNB_OPTIMIZERS, knobs
 
@@ -58,7 +59,9 @@ def changes(names: list[str]) -> list[tuple[str, list[str]]]:
 
 
 def _need(line: dict):
-    return (line.get("record") or {}).get("modelled_reserved_peak_bytes")
+    """The need as the table and the report give it: modelled reserved peak + the CUDA reserve."""
+    need, _ = need_bytes(line.get("record") or {}) if line.get("record") else (None, False)
+    return int(need) if need is not None else None
 
 
 def _step(line: dict, gpu: str):
@@ -83,7 +86,7 @@ def _hint(what: str, line: dict, base: dict, gpu: str, cap: int) -> dict:
     return {"kind": "to-fit", "change": what, "technique": line["technique"], "verdict": line.get("verdict"),
             "fits": line.get("verdict") == "fits", "need_bytes": need,
             "saves_bytes": (_need(base) - need) if need is not None and _need(base) is not None else None,
-            "headroom_bytes": cap - need if need is not None else None,
+            "headroom_bytes": cap + verdicts.RESERVE_BYTES - need if need is not None else None,
             "speed_cost": _speed_cost(line, base, gpu), "step_s": _step(line, gpu)[0],
             "provenance": "sim (memory); modelled (speed)", "source": line.get("source")}
 
@@ -98,7 +101,7 @@ def shape_hints(base: dict, gpu: str, cap: int) -> list[dict]:
         accum = -(-batch // top_b)
         out.append({"kind": "to-fit", "change": f"batch {batch} -> {top_b} (ga{accum} keeps the effective batch)",
                     "technique": base["technique"], "verdict": "fits", "fits": True,
-                    "need_bytes": _int(row.get("peak_at_max_batch_bytes")),
+                    "need_bytes": _plus(row.get("peak_at_max_batch_bytes")),
                     "headroom_bytes": cap - _int(row["peak_at_max_batch_bytes"]) if row.get("peak_at_max_batch_bytes")
                     else None, "speed_cost": f"{top_b / batch:.0%} of the tokens per step; speed not modelled at "
                                              "that shape", "step_s": None,
@@ -106,7 +109,7 @@ def shape_hints(base: dict, gpu: str, cap: int) -> list[dict]:
     top_s = _int(row.get("max_seq_at_batch1"))
     if top_s and (top_s < seq or batch > 1):
         out.append({"kind": "to-fit", "change": f"context {seq} -> {top_s} tokens at batch 1", "technique": base["technique"],
-                    "verdict": "fits", "fits": True, "need_bytes": _int(row.get("peak_at_max_seq_bytes")),
+                    "verdict": "fits", "fits": True, "need_bytes": _plus(row.get("peak_at_max_seq_bytes")),
                     "headroom_bytes": cap - _int(row["peak_at_max_seq_bytes"]) if row.get("peak_at_max_seq_bytes")
                     else None, "speed_cost": "shorter samples (truncated or split); speed not modelled at that shape",
                     "step_s": None, "provenance": "sim (the recipe's search)", "source": base.get("fits_source")})
@@ -128,15 +131,15 @@ def next_step(base: dict, gpu: str, cap: int) -> list[dict]:
             out.append({"kind": "next-step",
                         "change": f"{axis}: fits up to the limit searched ({value} {unit}); nothing above it was asked",
                         "technique": base["technique"], "verdict": "fits", "fits": True,
-                        "need_bytes": _int(row.get(peak)), "headroom_bytes": cap - _int(row[peak])
+                        "need_bytes": _plus(row.get(peak)), "headroom_bytes": cap - _int(row[peak])
                         if row.get(peak) else None, "speed_cost": "-", "step_s": None,
                         "provenance": "sim (the recipe's search)", "source": base.get("fits_source")})
             continue
         step = 1 if axis == "batch" else fits_csv.RESOLUTION_TOKENS
         out.append({"kind": "next-step", "change": f"next {axis} up: {value + step} {unit} (largest that fits: {value})",
                     "technique": base["technique"], "verdict": "does-not-fit" if need else "not searched", "fits": False,
-                    "need_bytes": need, "headroom_bytes": cap - need if need else None,
-                    "at_largest_bytes": _int(row.get(peak)), "speed_cost": "-", "step_s": None,
+                    "need_bytes": _plus(need), "headroom_bytes": cap - need if need else None,
+                    "at_largest_bytes": _plus(row.get(peak)), "speed_cost": "-", "step_s": None,
                     "provenance": "sim (the recipe's search)", "source": base.get("fits_source")})
     return out
 
@@ -171,6 +174,12 @@ def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict
     out.sort(key=lambda h: (not h["fits"], h["step_s"] if h["step_s"] is not None else float("inf"),
                             h["need_bytes"] or 0))
     return out
+
+
+def _plus(value):
+    """A search's modelled reserved peak as a need (the table's and the report's): plus the CUDA reserve."""
+    value = _int(value)
+    return value + verdicts.RESERVE_BYTES if value is not None else None
 
 
 def _int(value):

@@ -168,10 +168,9 @@ def _from_file(file: Path, name: str, source: str, trust: bool) -> Model:
     except (OSError, UnicodeDecodeError) as exc:
         raise ModelError(f"model {source}: cannot read it: {exc.strerror or exc}") from None
     except ValueError as exc:
-        raise ModelError(f"model {source}: not valid JSON (a malformed config): {exc}") from None
+        raise ModelError(f"model {source}: not valid JSON: {exc}") from None
     if not isinstance(config, dict):
-        raise ModelError(f"model {source}: a model config must be a JSON object, not {type(config).__name__} "
-                         "(a malformed config)")
+        raise ModelError(f"model {source}: a model config must be a JSON object, not {type(config).__name__}")
     if not isinstance(config.get("model_type"), str):
         raise ModelError(f"model {source}: model_type missing: transformers needs it to build the architecture")
     return Model(name, config, source, file.resolve() if not _in_hf_cache(file) else file.absolute(), trust)
