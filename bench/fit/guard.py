@@ -146,7 +146,7 @@ def describe(q, hints: list[dict], warns: list[str], code: int) -> str:
     for kind, title in (("to-fit", "what to change to fit"), ("next-step", "the next step up")):
         some = [h for h in hints if h.get("kind") == kind]
         if some:
-            out += ["", f"{title} (memory: sim, the modelled reserved peak; speed: modelled):"]
+            out += ["", f"{title} (need: sim, the modelled reserved peak + the CUDA reserve; speed: modelled):"]
         for h in some:
             mark = "fits" if h["fits"] else h.get("verdict") or "?"
             out.append(f"  {h['for_recipe']}: {h['change']}: {mark}, need {_gib(h['need_bytes'])}"
