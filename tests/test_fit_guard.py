@@ -81,7 +81,25 @@ def test_remote_code_is_opt_in(tmp_path):
 def test_a_hub_id_of_a_matrix_model_is_that_model():
     assert hubmodel.local_name("Qwen/Qwen2.5-0.5B") == "qwen2.5-0.5b"
     assert hubmodel.local_name("meta-llama/Meta-Llama-3.1-8B-Instruct") == "llama-3.1-8b"
-    assert hubmodel.local_name("meta-llama/Meta-Llama-3-8B") is None  # Llama 3 is not Llama 3.1
+    assert hubmodel.local_name("meta-llama/Meta-Llama-3-8B") == "llama-3-8b"  # Llama 3, not 3.1
+    assert hubmodel.local_name("NousResearch/Meta-Llama-3-8B") == "llama-3-8b"  # a named mirror
+    assert hubmodel.local_name("NousResearch/Meta-Llama-3.1-8B") is None  # not a named mirror
+    assert hubmodel.local_name("meta-llama/Meta-Llama-3-70B") is None
+
+
+def test_a_published_axolotl_config_answers_offline_from_its_mirror(tmp_path):
+    """The axolotl example names NousResearch's mirror of Llama 3 8B; with no Hub cache and
+    HF_HUB_OFFLINE it answers from matrix/models/llama-3-8b.json, whose _mirrors names it."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "empty"),
+           "PYTHONPATH": str(ROOT), "FT_MEMBENCH_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "bench.cli", "fit", "--config",
+                           str(CONFIGS / "axolotl-llama3-qlora.yml"), "--gpu", "rtx-4090", "--json",
+                           "--no-search", "--no-hints"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode in (0, 1), done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["model"]["asked"] == "NousResearch/Meta-Llama-3-8B"
+    assert answer["recipes"][0]["verdict"] in ("fits", "tight", "does-not-fit", "fits, with paging")
 
 
 # --- training configs ------------------------------------------------------------------------

@@ -12,7 +12,8 @@ beside it). bench/spec/modelref.py then reads the cached snapshot as it reads an
 ``local_name`` maps a Hub id to a model of ``matrix/models`` whose ``_source`` names the same
 repository (case-insensitive; Meta's ``Meta-Llama-3.1-*`` spelling of the renamed
 ``Llama-3.1-*`` repositories and an ``-Instruct`` suffix, which changes no layer shape, count
-as the same), so a config's ``meta-llama/Llama-3.1-8B-Instruct`` is the matrix's ``llama-3.1-8b``
+as the same; ``_mirrors`` lists other repositories that hold a byte-identical copy of
+the same config, as NousResearch's mirrors of Meta's gated Llama 3), so a config's ``meta-llama/Llama-3.1-8B-Instruct`` is the matrix's ``llama-3.1-8b``
 with its stored records. Torch-free.
 """
 from __future__ import annotations
@@ -46,11 +47,12 @@ def local_name(repo_id: str, models_dir: Path = MODELS_DIR) -> str | None:
     want = _canonical(repo_id.split("@")[0])
     for path in sorted(Path(models_dir).glob("*.json")):
         try:
-            source = json.loads(path.read_text()).get("_source", "")
-        except (OSError, ValueError, AttributeError):
+            data = json.loads(path.read_text())
+            repos = [str(data.get("_source", "")).split("/config.json")[0].strip()]
+            repos += [str(m).strip() for m in data.get("_mirrors", [])]
+        except (OSError, ValueError, AttributeError, TypeError):
             continue
-        repo = str(source).split("/config.json")[0].strip()
-        if "/" in repo and _canonical(repo) == want:
+        if any("/" in repo and _canonical(repo) == want for repo in repos):
             return path.stem
     return None
 
