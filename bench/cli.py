@@ -4,18 +4,18 @@
     ft-membench fit llama-3.1-8b --gpu a100-40gb --techniques lora+gc+bf16,qlora+gc --seq 4096 --batch 2
 
 The whole-step counterpart of ``accelerate estimate-memory`` (weights and Adam only): for each
-technique, the simulated training step's verdict on the GPU (bench/verdicts.py), what it needs
+technique, the simulated training step's verdict on the GPU (bench/estimate/verdicts.py), what it needs
 (the modelled reserved peak) against what the card offers, the largest sequence at batch 1 and
-the largest batch at the sequence length that fit (bench/fits.py), and the estimated speed
+the largest batch at the sequence length that fit (bench/search/fits.py), and the estimated speed
 where the record has a speed model. Without ``--techniques``: the techniques of the default
 matrix's 7-8B study, and the best recipes among them (those that fit, most tokens/s first where a
 speed model exists, else those that go furthest).
 
-It shares all its code with the matrix path: the spec comes from bench.matrix (a one-study
+It shares all its code with the matrix path: the spec comes from bench.spec.matrix (a one-study
 matrix written for the question), a missing simulation runs in the warm sim worker
-(bench/simpool.py) exactly as the cell's Snakemake job would, and the searches are
-bench.fits'. Answers already computed are reused, never approximated: a cell record in
-``results/cells`` or ``results/reference/cells`` that passes the record gate (bench/record.gate:
+(bench/search/simpool.py) exactly as the cell's Snakemake job would, and the searches are
+bench.search.fits'. Answers already computed are reused, never approximated: a cell record in
+``results/cells`` or ``results/reference/cells`` that passes the record gate (bench/records/record.gate:
 the contract, and the same inputs_sha256, knobs and shape; a study's record for a GPU that study
 judged: ``judged_on``) made by the same library versions and engine code
 (``versions.ft_membench_engine``), and a search in ``results/fits/`` for the same inputs;
@@ -40,12 +40,20 @@ from pathlib import Path
 
 import yaml
 
-from bench import atomic, fits, fits_csv, inputs, matrix, multigpu, record, verdicts
-from bench.techniques import MAXIMUMS, MINIMUMS
+from bench import cli_format
+from bench.estimate import verdicts
+from bench.estimate.measures import need_bytes
+from bench.records import atomic, record
+from bench.search import fits, fits_csv
+from bench.spec import inputs, matrix
+from bench.spec.techniques import MAXIMUMS, MINIMUMS
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STUDY = "sim-7b-8b"  # its techniques are the default list
 GiB = 2**30
+
+
+MALFORMED = ("not valid JSON", "must be a JSON object", "model_type missing", "cannot read it")  # bench/modelref.py
 
 
 class Usage(ValueError):
@@ -66,7 +74,8 @@ def default_techniques() -> list[str]:
     return list(doc["studies"][DEFAULT_STUDY]["techniques"])
 
 
-def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: int | None) -> dict[str, dict]:
+def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: int | None,
+          options: dict | None = None, trust_remote_code: bool = False) -> dict[str, dict]:
     """{cell: spec} for the question, through the matrix loader: the study is judged against
     every cuda profile of matrix/gpus.yaml (as the default matrix's sim studies are), so its
     records are the matrix's own where the shape agrees."""
@@ -89,7 +98,9 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
             "batch_size": batch or 1, "seq_len": seq or 2048, "steps": 1, "warmup_steps": 1, "timeout_s": 600,
             "techniques": techniques,
             **({} if "baseline" in techniques else {"exclude": [{"techniques": "baseline"}]}),
+            **({"technique_options": options} if options else {}),  # a --config's LoRA settings
         }},
+        **({"model_options": {model: {"trust_remote_code": True}}} if trust_remote_code else {}),
     }
     with tempfile.TemporaryDirectory(prefix="ftmb-fit-") as tmp:
         path = Path(tmp, "fit.yaml")
@@ -101,7 +112,11 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
             # Hugging Face ids): what it refuses is refused here, in its words
             text = str(exc).replace(f"{path}: ", "")
             if text.startswith("studies.fit.models[0]: "):  # the resolver's words name the known models
-                raise Usage(f"unknown model {model!r}: {text.split(': ', 1)[1]}") from None
+                said = text.split(": ", 1)[1]
+                if any(w in said for w in MALFORMED):   # a file that exists but does not parse is no unknown model
+                    source, _, why = said.removeprefix("model ").partition(": ")
+                    raise Usage(f"malformed config.json: {source}: {why}") from None
+                raise Usage(f"unknown model {model!r}: {said}") from None
             raise Usage(text.replace("studies.fit.", "")) from None
     return cells
 
@@ -202,10 +217,12 @@ def stored_fits(spec: dict, results: Path, gpu: str) -> tuple[dict, str] | tuple
 
 def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print, jobs: int = 1) -> list[dict]:
     """One line of the answer per technique (dicts), simulating and searching what is missing."""
-    from bench.simpool import SimPool
+    from bench.search.sample_cache import SampleCache
+    from bench.search.simpool import SimPool
     here = versions()
     out = []
     with SimPool(jobs) as pool:
+        samples = SampleCache(pool, here, say=say)
         for cid, spec in cells.items():
             line = {"technique": "+".join(spec["techniques"]), "cell": cid}
             rec, where = stored_record(spec, record_paths(spec, results), here, gpu)
@@ -229,12 +246,14 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
                 doc, fits_from = stored_fits(judged, results, gpu)
             if doc is None and search and rec.get("status") == "ok":
                 say(f"  searching {cid} on {gpu} ...")
-                doc = fits.search(dict(spec, verdict_gpus={gpu: spec["verdict_gpus"][gpu]}), pool.run_cell,
-                                  simulate_many=pool.run_many, per_rank=True)
+                hits = samples.hits   # the sample shapes are the GPU's own only in their verdict: reused
+                doc = fits.search(dict(spec, verdict_gpus={gpu: spec["verdict_gpus"][gpu]}), samples.run_cell,
+                                  simulate_many=samples.run_many, per_rank=True)
                 doc.update(cell=cid, inputs_sha256=spec["inputs_sha256"])
                 path = own_fits_path(spec, results, gpu)
                 kept = f"kept in {path}" if keep_file(path, doc, say) else "not kept"
-                fits_from = f"searched now ({len(doc['simulated'])} simulations, {doc['s']} s; {kept})"
+                fits_from = (f"searched now ({len(doc['simulated'])} sample shapes, {samples.hits - hits} of them "
+                             f"from the sample cache; {doc['s']} s; {kept})")
             row = next((r for r in (doc or {}).get("rows", []) if r["gpu"] == gpu), None)
             line.update(fit=row, fits_source=fits_from if row else "not searched")
             out.append(line)
@@ -291,31 +310,38 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
            "simulated (fake tensors, counted as CUDA would allocate; reserved memory modelled), not measured on a GPU",
            ""]
     tw = max([28] + [len(ln["technique"]) for ln in lines])  # a long combination never shifts the columns
-    head = (f"{'technique':<{tw}} {'verdict':<8} {'need GiB':>9} {'usable':>7}  {'largest seq at batch 1':<47} "
+    head = (f"{'technique':<{tw}} {'verdict':<8} {'need GiB':>9} {'card GiB':>8}  {'largest seq at batch 1':<47} "
             f"{'largest batch':<40} speed")
     out += [head, "-" * len(head)]
     for ln in lines:
         rec = ln.get("record") or {}
-        need = rec.get("modelled_reserved_peak_bytes")
+        serving = bool((rec.get("details") or {}).get("vllm"))   # a vLLM plan: its line under the row says it
+        need, lower = need_bytes(rec) if rec.get("status") == "ok" and not serving else (None, False)  # the report's
         row = ln.get("fit")
         seq = fits_csv.answer_text(row, "seq") if row else "not searched"
         bat = fits_csv.answer_text(row, "batch") if row else "not searched"
-        need_s = f"{need / GiB:9.2f}" if need else f"{'-':>9}"
-        out.append(f"{ln['technique']:<{tw}} {ln['verdict'] or '?':<8} {need_s} {cap / GiB:>7.2f}  {fitted(seq, 47)} "
+        need_s = f"{('>=' if lower else '') + f'{need / GiB:.2f}':>9}" if need else f"{'-':>9}"
+        out.append(f"{ln['technique']:<{tw}} {ln['verdict'] or '?':<8} {need_s} {profile['memory_bytes'] / GiB:>8.2f}  "
+                   f"{fitted(seq, 47)} "
                    f"{fitted(bat, 40)} {speed(rec, gpu)}")
         if ln.get("reason"):
             out.append(f"    {ln['reason']}")
         for what, text, width in (("largest sequence", seq, 47), ("largest batch", bat, 40)):
             if len(text) > width and not (what == "largest batch" and text == seq):  # whole, never cut mid-word
                 out.append(f"    {what}: {text}")
-        if multigpu.rank_note(rec):
-            out.append(f"    {multigpu.rank_note(rec)}")
+        if cli_format.rank_note(rec):
+            out.append(f"    {cli_format.rank_note(rec)}")
         note = ((rec.get("details") or {}).get("verdict_notes") or {}).get(gpu)
         if note:  # fits with paging, oom while loading, no bf16 kernels: what the verdict rests on
             out.append(f"    {note}")
+        out += [f"    {t}" for t in cli_format.vllm_lines(rec, gpu)]   # KV space, tokens, vLLM's error text
+        if hint := cli_format.precision_hint(rec, ln.get("verdict")):
+            out.append(f"    {hint}")
     out.append("")
-    out.append("need: the modelled reserved peak of one step (per rank for ZeRO/FSDP, whose speed is per rank and "
-               "for the run); usable: what the allocator may reserve. Where each answer came from:")
+    out.append(f"need: the modelled reserved peak of one step plus the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB "
+               "CUDA reserve (context, cuBLAS workspaces), the figure the verdict sets against the card's memory and "
+               "the report's need (per rank for ZeRO/FSDP, whose speed is per rank and for the run; '>=' where no "
+               "reserved peak was modelled). Where each answer came from:")
     for ln in lines:
         out.append(f"  {ln['technique']}: record {_short(ln.get('source', '-'))}; fits {_short(ln.get('fits_source', '-'))}")
     out += peer_lines(lines)
@@ -358,11 +384,19 @@ def _short(text) -> str:
     return text
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The `ft-membench` command line, built without running anything (tests/test_docs.py reads it)."""
     ap = argparse.ArgumentParser(prog="ft-membench", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
-    fit = sub.add_parser("fit", help="will MODEL fine-tune on GPU, and how far can it go")
-    fit.add_argument("model")
+    fit = sub.add_parser("fit", help="will MODEL fine-tune on GPU, and how far can it go",
+                         description="Exit status: 0 fits, 1 does not fit (tight too, unless --allow-tight), "
+                                     "2 bad input (docs/fit.md)")
+    fit.add_argument("model", nargs="?", help="a matrix model name, a config.json path or a Hugging Face id "
+                                              "(ORG/NAME[@revision]; only its config.json is fetched)")
+    fit.add_argument("--config", help="a training config: TRL/transformers TrainingArguments (JSON/YAML), axolotl, "
+                                      "LLaMA-Factory or torchtune YAML")
+    fit.add_argument("--format", choices=["trl", "axolotl", "llamafactory", "torchtune"],
+                     help="the --config's format (default: told from its keys)")
     fit.add_argument("--gpu", required=True, type=str.lower,
                      help=f"a GPU profile of matrix/gpus.yaml, any case: {', '.join(cuda_profiles())}")
     fit.add_argument("--techniques", help="comma-separated, e.g. lora+gc+bf16,qlora+gc (default: the 7-8B study's)")
@@ -372,24 +406,50 @@ def main(argv=None) -> int:
     fit.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                      help="simulations at once (default: 2, or 1 on a 1-core machine)")
     fit.add_argument("--no-search", action="store_true", help="answer from records only, search nothing")
-    args = ap.parse_args(argv)
+    fit.add_argument("--json", action="store_true", help="print the answer as one JSON object (docs/fit.md)")
+    fit.add_argument("--allow-tight", action="store_true", help="exit 0 on a tight verdict (warned)")
+    fit.add_argument("--no-hints", action="store_true", help="skip what-to-change (no extra simulations)")
+    fit.add_argument("--trust-remote-code", action="store_true",
+                     help="run a Hub model's own code (auto_map); off by default")
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    from bench.fit import guard, tofit
+    from bench.fit import question as fitinput
     techniques = [t.strip() for t in args.techniques.split(",") if t.strip()] if args.techniques else None
+    say = lambda m: print(m, file=sys.stderr)  # noqa: E731
     try:
         if techniques == []:
             raise Usage("--techniques: empty list")
-        cells = specs(args.model, args.gpu, techniques or default_techniques(), args.seq, args.batch)
-    except Usage as exc:
+        q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
+                              args.trust_remote_code)
+        asked = q.techniques is not None
+        cells = specs(q.model, args.gpu, q.techniques or default_techniques(), q.seq, q.batch, q.options,
+                      args.trust_remote_code)
+    except (Usage, fitinput.Usage) as exc:
         print(f"ft-membench: {exc}", file=sys.stderr)
-        return 2
+        return guard.BAD_INPUT
     profile = next(iter(cells.values()))["verdict_gpus"][args.gpu]
-    lines = answer(cells, args.gpu, Path(args.results), search=not args.no_search,
-                   say=lambda m: print(m, file=sys.stderr), jobs=args.jobs)
-    print(render(lines, args.gpu, profile, args.model, best=techniques is None))
-    failed = [ln for ln in lines if (ln.get("record") or {}).get("status") in ("error", "timeout")]
-    for ln in failed:   # the reason is on stdout under its line; said on stderr too, and the exit says it
-        print(f"ft-membench: {ln['technique']}: {ln['verdict']}: {ln.get('reason') or 'no reason given'}",
-              file=sys.stderr)
-    return 1 if failed else 0
+    lines = answer(cells, args.gpu, Path(args.results), search=not args.no_search, say=say, jobs=args.jobs)
+
+    def evaluate(variants: list[list[str]]) -> list[dict]:
+        more = specs(q.model, args.gpu, ["+".join(v) for v in variants], q.seq, q.batch, q.options,
+                     args.trust_remote_code)
+        return answer(more, args.gpu, Path(args.results), search=False, say=say, jobs=args.jobs)
+    hints = [] if args.no_hints or not asked else \
+        [dict(h, for_recipe=ln["technique"]) for ln in lines for h in tofit.hints(ln, args.gpu, profile, evaluate)]
+    code = guard.exit_code(lines, args.gpu, asked, args.allow_tight)
+    if args.json:
+        print(json.dumps(guard.answer_object(q, lines, args.gpu, profile, hints, code, args.allow_tight), indent=1))
+    else:
+        print(render(lines, args.gpu, profile, q.asked, best=not asked))
+        print(guard.describe(q, hints, guard.warnings(lines, args.gpu, args.allow_tight), code))
+    for ln in lines:   # the reason is on stdout under its line; said on stderr too, and the exit says it
+        if (ln.get("record") or {}).get("status") in ("error", "timeout"):
+            say(f"ft-membench: {ln['technique']}: {ln['verdict']}: {ln.get('reason') or 'no reason given'}")
+    return code
 
 
 if __name__ == "__main__":

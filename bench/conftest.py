@@ -7,7 +7,7 @@
     pytest bench -k published          # the published corpus's rows (bench/test_published.py, matrix/published.yaml)
     pytest bench/test_cells.py --cell ID --cell-out results/cells/ID.json   # what Snakemake runs
 
-The ids come from bench.matrix, the one loader: a bad matrix fails collection with the
+The ids come from bench.spec.matrix, the one loader: a bad matrix fails collection with the
 file, key and reason before any cell runs.
 
 ``--cell ID --cell-out PATH`` is the per-cell job of the Snakefile: exactly that cell runs,
@@ -15,7 +15,7 @@ and its pytest-benchmark JSON (the record in ``extra_info``) is moved to PATH at
 the session ends. Whatever happened (a crash, an error record, a collection error), PATH
 receives a record, and the exit status is 0 once it has: a failing cell is a row, and the
 workflow goes on. While it runs, a watchdog ends the job if the process that started it dies
-(bench/lifeline.py), so a killed Snakemake leaves no cell running beside later ones.
+(bench/runner/lifeline.py), so a killed Snakemake leaves no cell running beside later ones.
 """
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import atomic, lifeline, matrix, record
+from bench.records import atomic, record
+from bench.runner import lifeline
+from bench.spec import matrix
 
 CELLS = pytest.StashKey[dict]()
 

@@ -6,7 +6,8 @@ the record has been saved (pytest-benchmark keeps a benchmark whose target retur
 """
 import pytest
 
-from bench import launch, ranks, record
+from bench.records import record
+from bench.runner import launch, ranks
 
 
 def test_cell(cell_spec, worker_log, benchmark):

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import matrix, record, techniques
+from bench.records import record
+from bench.spec import matrix, techniques
 from tests.helpers import REPO, write_matrix
 
 NAMES = sorted(techniques.CATALOG)
@@ -68,11 +69,11 @@ def test_fsdp_qlora_trains_with_torch_adamw_and_shards_bf16_storage():
 
 
 def test_catalogue_table_in_docs_is_the_catalogue():
-    out = subprocess.run([sys.executable, "-m", "bench.techniques", "--markdown"], cwd=REPO, check=True,
+    out = subprocess.run([sys.executable, "-m", "bench.spec.techniques", "--markdown"], cwd=REPO, check=True,
                          capture_output=True, text=True).stdout
     assert out == techniques.markdown_table()
     docs = (REPO / "docs" / "composing.md").read_text()
-    assert out in docs, "docs/composing.md's table differs: paste `python -m bench.techniques --markdown` into it"
+    assert out in docs, "docs/composing.md's table differs: paste `python -m bench.spec.techniques --markdown` into it"
 
 
 def sim_pairs():
@@ -85,7 +86,7 @@ def sim_pairs():
 
 @pytest.mark.slow
 def test_accepted_pairs_run_in_sim(tmp_path):
-    from bench.simpool import SimPool
+    from bench.search.simpool import SimPool
     combos = sim_pairs()
     cells = matrix.load(write_matrix(tmp_path, {"s": {"mode": "sim", "models": ["tiny-llama"],
                                                       "gpus": ["rtx-4090"], "techniques": combos}}))

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from bench import fits, launch, matrix, record, verdicts
+from bench.estimate import verdicts
+from bench.records import record
+from bench.runner import launch
+from bench.search import fits
+from bench.spec import matrix
 from tests.helpers import write_matrix
 
 MiB = 2**20
@@ -49,7 +53,7 @@ def test_multi_gpu_cells_are_searched_per_rank_only_when_asked(tmp_path):
 # -- sim: tiny-llama through the real step ------------------------------------------------------------
 @pytest.mark.slow
 def test_fsdp_qlora_in_sim_is_per_rank_with_its_load_and_offload(tmp_path):
-    from bench.simpool import SimPool
+    from bench.search.simpool import SimPool
     names = ["qlora+gc", "qlora+fsdp+gc+w2", "qlora+fsdp-offload+gc+w2", "qlora+zero3+w4", "lora+zero3+gc+bf16+w8",
              "qlora-fp32+fsdp+w2"]
     specs = cells(tmp_path, "sim", names, gpus=("rtx-4090",))
