@@ -89,3 +89,11 @@ def test_fsdp_qlora_runs_on_cpu_at_world_size_2(tmp_path, name):
     q = rec["details"]["quantized_weights"]
     assert q["storage_dtype"] == "bfloat16" and q["sharded"] and q["quant_type"] == "nf4"
     assert rec["details"]["optimizer_class"] == "AdamW" and rec["details"]["fsdp_sharded_params"] > 0
+
+
+def test_what_to_change_offers_fsdp_offload_and_no_8bit_optimizer_fsdp_cannot_step():
+    from bench.fit import tofit
+    got = dict(tofit.changes(["qlora", "fsdp", "gc", "w2"]))
+    assert got["FSDP CPU offload (fsdp-offload)"] == ["qlora", "fsdp-offload", "gc", "w2"]
+    assert not any(w.startswith("8-bit") for w in got)   # qlora+fsdp's optimizer is torch AdamW; bnb ones refused
+    assert any(w.startswith("8-bit") for w in dict(tofit.changes(["qlora", "adamw", "gc"])))

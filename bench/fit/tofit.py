@@ -51,11 +51,15 @@ def changes(names: list[str]) -> list[tuple[str, list[str]]]:
         base = [n for n in names if n not in ("lora", "fp32", "fsdp", "amp-bf16", "amp-fp16")
                 and not n.startswith("w")]
         out.append(("QLoRA (4-bit base, LoRA adapters)", ["qlora"] + [n for n in base if n != "qlora"]))
+    if k["dist"] == "fsdp":
+        out.append(("FSDP CPU offload (fsdp-offload)", [("fsdp-offload" if n == "fsdp" else n) for n in names]))
     if not k["dist"]:
         out.append(("offload (ZeRO-3, CPU offload, one GPU)", names + ["zero3-offload"]))
         for n in (2, 4, 8):
             out.append((f"{n} GPUs (ZeRO-3)", names + ["zero3", f"w{n}"]))
-    return [(what, new) for what, new in out if _valid(new)]
+    # a change must change the recipe: under FSDP qlora's default optimizer is torch AdamW, not 8-bit
+    return [(what, new) for what, new in out if _valid(new)
+            and (not what.startswith("8-bit") or knobs(new)["optimizer"] in BNB_OPTIMIZERS)]
 
 
 def _need(line: dict):
