@@ -35,12 +35,11 @@ import json
 import os
 import sys
 import tempfile
-from importlib import metadata
 from pathlib import Path
 
 import yaml
 
-from bench import atomic, fits, fits_csv, inputs, matrix, record, verdicts
+from bench import atomic, fits, fits_csv, inputs, matrix, record, reuse, verdicts
 from bench.techniques import MAXIMUMS, MINIMUMS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,15 +105,7 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
     return cells
 
 
-def versions() -> dict:
-    """The library versions and the engine's code digest a reused record must share."""
-    out = {"ft_membench_engine": inputs.engine_digest()}
-    for pkg in ("torch", "transformers", "peft", "bitsandbytes", "deepspeed", "accelerate"):
-        try:
-            out[pkg] = metadata.version(pkg).split("+")[0]
-        except metadata.PackageNotFoundError:
-            out[pkg] = None
-    return out
+versions = reuse.versions  # the library versions and engine digest a reused record must share
 
 
 def record_paths(spec: dict, results: Path) -> list[Path]:
