@@ -17,9 +17,11 @@ matrix written for the question), a missing simulation runs in the warm sim work
 bench.fits'. Answers already computed are reused, never approximated: a cell record in
 ``results/cells`` or ``results/reference/cells`` that passes the record gate (bench/record.gate:
 the contract, and the same inputs_sha256, knobs and shape; a study's record for a GPU that study
-judged: ``judged_on``) made by the same library versions and engine code
-(``versions.ft_membench_engine``), and a search in ``results/fits/`` for the same inputs;
-each line says where its answer came from. A simulation is deterministic, so a reused record
+judged: ``judged_on``), and a search in ``results/fits/`` or a ``fits.csv`` for the same inputs,
+each by bench/reuse.py's one rule: made by the same engine code (``versions.ft_membench_engine``);
+made with other library versions, it is reused and says which (a note before anything runs says
+the installed versions differ from the reference's), or with ``--resimulate`` simulated again.
+Each line says where its answer came from. A simulation is deterministic, so a reused record
 is the one a new run would write. Torch-free.
 
 Bad input (an unknown model or GPU or technique, a negative or absurd shape) is one line on
@@ -35,11 +37,12 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
 
-from bench import atomic, fits, fits_csv, inputs, matrix, record, reuse, verdicts
+from bench import atomic, fits, fits_csv, inputs, matrix, progress, record, reuse, verdicts
 from bench.techniques import MAXIMUMS, MINIMUMS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,11 +131,13 @@ def judged_on(spec: dict, rec: dict, gpu: str | None) -> dict:
     return dict(spec, verdict_gpus=gpus, inputs_sha256=dict(spec["inputs_sha256"], gpus=inputs.digest(gpus)))
 
 
-def stored_record(spec: dict, paths: list[Path], here: dict, gpu: str | None = None) -> tuple[dict, str] | tuple[None, None]:
+def stored_record(spec: dict, paths: list[Path], here: dict, gpu: str | None = None,
+                  resimulate: bool = False) -> tuple[dict, str] | tuple[None, None]:
     """An ok record of this cell that passes the record gate against ``spec`` (record.gate: the
     contract, the same inputs, knobs and shape; the GPU profiles as its study judged them, the
-    asked ``gpu`` among them: ``judged_on``) and was made by the same library versions and
-    engine, and where. A record that fails the gate is passed over, never answered from."""
+    asked ``gpu`` among them: ``judged_on``) and is reused by bench/reuse.py's rule (the same
+    engine code; other library versions are named in where it came from), and where. A record
+    that fails the gate is passed over, never answered from."""
     for path in paths:
         try:
             doc = json.loads(path.read_text())
@@ -141,12 +146,10 @@ def stored_record(spec: dict, paths: list[Path], here: dict, gpu: str | None = N
             continue
         if not isinstance(rec, dict) or rec.get("status") != "ok" or record.gate(rec, judged_on(spec, rec, gpu)):
             continue
-        got = rec.get("versions")
-        theirs = {k: (v or "").split("+")[0] or None for k, v in got.items() if k in here} \
-            if isinstance(got, dict) else None
-        if theirs != here:
+        ok, note = reuse.accepts(rec.get("versions"), here, resimulate)
+        if not ok:
             continue
-        return rec, str(path)
+        return rec, f"{path} ({note})" if note else str(path)
     return None, None
 
 
@@ -166,8 +169,15 @@ def own_fits_path(spec: dict, results: Path, gpu: str) -> Path:
     return fits_paths(spec, results, gpu)[1]
 
 
-def stored_fits(spec: dict, results: Path, gpu: str) -> tuple[dict, str] | tuple[None, None]:
-    """A search of this cell on ``gpu`` made from the same inputs at the same shape, and where."""
+def stored_fits(spec: dict, results: Path, gpu: str, here: dict | None = None,
+                resimulate: bool = False) -> tuple[dict, str] | tuple[None, None]:
+    """A search of this cell on ``gpu`` made from the same inputs at the same shape and reused by
+    bench/reuse.py's rule (as records are), and where."""
+    here = here or versions()
+
+    def kept(doc, path):
+        ok, note = reuse.accepts(reuse.search_versions(doc, path, spec["cell"]), here, resimulate)
+        return (doc, f"{path} ({note})" if note else str(path)) if ok else None
     digest = inputs.digest(spec["inputs_sha256"])
     shape = (str(spec["seq_len"]), str(spec["batch_size"]))
     for path in fits_paths(spec, results, gpu):
@@ -177,7 +187,10 @@ def stored_fits(spec: dict, results: Path, gpu: str) -> tuple[dict, str] | tuple
                     for row in csv.DictReader(fh):
                         if (row.get("cell"), row.get("gpu"), row.get("inputs_sha256")) == (spec["cell"], gpu, digest) \
                                 and (row.get("seq_len"), row.get("batch_size")) == shape:
-                            return {"rows": [{k: (v if v != "" else None) for k, v in row.items()}]}, str(path)
+                            found = kept({"rows": [{k: (v if v != "" else None) for k, v in row.items()}]}, path)
+                            if found:
+                                return found
+                            break
             except OSError:
                 pass
             continue
@@ -186,27 +199,38 @@ def stored_fits(spec: dict, results: Path, gpu: str) -> tuple[dict, str] | tuple
             continue
         rows = doc["rows"] or [{}]
         if doc.get("inputs_sha256") == spec["inputs_sha256"] and any(r.get("gpu") == gpu for r in rows) and \
-                (str(rows[0].get("seq_len")), str(rows[0].get("batch_size"))) == shape:
-            return doc, str(path)
+                (str(rows[0].get("seq_len")), str(rows[0].get("batch_size"))) == shape and kept(doc, path):
+            return kept(doc, path)
     return None, None
 
 
-def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print, jobs: int = 1) -> list[dict]:
-    """One line of the answer per technique (dicts), simulating and searching what is missing."""
+def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print, jobs: int = 1,
+           resimulate: bool = False) -> list[dict]:
+    """One line of the answer per technique (dicts), simulating and searching what is missing;
+    stored answers are reused by bench/reuse.py's rule (``resimulate``: only those made with the
+    installed library versions)."""
     from bench.simpool import SimPool
     here = versions()
+    drift = reuse.drift(here, ROOT / "results" / "reference" / "constraints.txt")
+    if drift:  # before any waiting
+        say(f"ft-membench: note: {drift}")
+    need = [cid for cid, spec in cells.items() if not spec["skip_reason"]
+            and stored_record(spec, record_paths(spec, results), here, gpu, resimulate)[0] is None]
+    pace = progress.Pace(len(need), say, "ft-membench")
     out = []
     with SimPool(jobs) as pool:
         for cid, spec in cells.items():
             line = {"technique": "+".join(spec["techniques"]), "cell": cid}
-            rec, where = stored_record(spec, record_paths(spec, results), here, gpu)
+            rec, where = stored_record(spec, record_paths(spec, results), here, gpu, resimulate)
             if rec is None and spec["skip_reason"]:
                 line.update(verdict="skipped", reason=spec["skip_reason"])
                 out.append(line)
                 continue
             if rec is None:
                 say(f"  simulating {cid} (warm worker) ...")
+                t0 = time.monotonic()
                 rec = pool.run_cell(spec, writable(results / "logs" / "fit" / f"{cid}.log", say))
+                pace.done(cid, time.monotonic() - t0)
                 rec.pop("_trace", None)
                 keep = record_paths(spec, results)[-1]
                 where = f"simulated now (kept in {keep})" if keep_file(keep, rec, say) else "simulated now (not kept)"
@@ -214,15 +238,15 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
             if rec.get("status") != "ok" and rec.get("reason"):
                 line["reason"] = rec["reason"]
             # a study's stored search answers for the asked GPU as the study's record does
-            doc, fits_from = stored_fits(spec, results, gpu)
+            doc, fits_from = stored_fits(spec, results, gpu, here, resimulate)
             judged = judged_on(spec, rec, gpu) if rec.get("status") == "ok" else spec
             if doc is None and judged is not spec:
-                doc, fits_from = stored_fits(judged, results, gpu)
+                doc, fits_from = stored_fits(judged, results, gpu, here, resimulate)
             if doc is None and search and rec.get("status") == "ok":
                 say(f"  searching {cid} on {gpu} ...")
                 doc = fits.search(dict(spec, verdict_gpus={gpu: spec["verdict_gpus"][gpu]}), pool.run_cell,
-                                  simulate_many=pool.run_many)
-                doc.update(cell=cid, inputs_sha256=spec["inputs_sha256"])
+                                  simulate_many=pool.run_many, say=say)
+                doc.update(cell=cid, inputs_sha256=spec["inputs_sha256"], versions=here)
                 path = own_fits_path(spec, results, gpu)
                 kept = f"kept in {path}" if keep_file(path, doc, say) else "not kept"
                 fits_from = f"searched now ({len(doc['simulated'])} simulations, {doc['s']} s; {kept})"
@@ -361,6 +385,8 @@ def main(argv=None) -> int:
     fit.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                      help="simulations at once (default: 2, or 1 on a 1-core machine)")
     fit.add_argument("--no-search", action="store_true", help="answer from records only, search nothing")
+    fit.add_argument("--resimulate", action="store_true",
+                     help="reuse only answers made with the installed library versions; simulate the others again")
     args = ap.parse_args(argv)
     techniques = [t.strip() for t in args.techniques.split(",") if t.strip()] if args.techniques else None
     try:
@@ -372,7 +398,7 @@ def main(argv=None) -> int:
         return 2
     profile = next(iter(cells.values()))["verdict_gpus"][args.gpu]
     lines = answer(cells, args.gpu, Path(args.results), search=not args.no_search,
-                   say=lambda m: print(m, file=sys.stderr), jobs=args.jobs)
+                   say=lambda m: print(m, file=sys.stderr), jobs=args.jobs, resimulate=args.resimulate)
     print(render(lines, args.gpu, profile, args.model, best=techniques is None))
     failed = [ln for ln in lines if (ln.get("record") or {}).get("status") in ("error", "timeout")]
     for ln in failed:   # the reason is on stdout under its line; said on stderr too, and the exit says it

@@ -43,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench import atomic, interp, record, replay, verdicts
+from bench import atomic, interp, progress, record, replay, verdicts
 from bench.fits_csv import BATCH_LIMIT, RESOLUTION_TOKENS, collect, row, seq_limit
 
 EXACT_BUDGET = 6  # full simulations per axis where interpolation is not exact
@@ -70,8 +70,9 @@ class Shapes:
     """The modelled reserved peak of one cell at any (batch, seq): by interpolated trace
     where that is exact, else by simulation; every answer cached."""
 
-    def __init__(self, spec: dict, simulate, log_dir=None, simulate_many=None):
+    def __init__(self, spec: dict, simulate, log_dir=None, simulate_many=None, say=None):
         self.spec, self.simulate, self.log_dir = spec, simulate, log_dir
+        self.pace = progress.Pace(0, say or (lambda m: None), f"{spec['cell']} search")
         self.simulate_many = simulate_many
         self.traces: dict[tuple[int, int], dict] = {}   # simulated (batch, seq) -> trace
         self.reserved: dict[tuple[int, int], int] = {}
@@ -106,6 +107,7 @@ class Shapes:
             self.reserved[(batch, seq)] = rec["modelled_reserved_peak_bytes"]
             self.simulated.append({"batch": batch, "seq": seq, "s": took,
                                    "reserved_peak_bytes": rec["modelled_reserved_peak_bytes"]})
+            self.pace.done(f"batch {batch} x {seq} tokens", took)
 
     def add(self, batch: int, seq: int, trace: dict, reserved: int) -> None:
         """A trace simulated elsewhere (the cell's own run, same inputs)."""
@@ -186,19 +188,20 @@ def seq_points(study_seq: int, limit: int) -> list[int]:
     return sorted(out[:4])
 
 
-def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = None, simulate_many=None) -> dict:
+def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = None, simulate_many=None,
+           say=None) -> dict:
     """Rows of results/fits.csv for ``spec`` (one per GPU it is judged against) and the
     evidence behind them. ``simulate(spec, log_path) -> record`` (with ``_trace``) runs one
     shape; ``simulate_many([(spec, log_path), ...]) -> records`` runs several at once (the
     sample shapes are known up front); ``reuse``: (trace, reserved) of the cell at its own
-    shape, already simulated."""
+    shape, already simulated; ``say``: a line per simulation with the time left (bench/progress.py)."""
     t0 = time.monotonic()
     gpus = spec["verdict_gpus"] or {}
     why = not_searched(spec)
     if why:
         return {"rows": [row(spec, g, {}, reason=why) for g in gpus], "simulated": [], "s": 0.0}
     accum = spec["knobs"]["accum"]
-    shapes = Shapes(spec, simulate, log_dir, simulate_many)
+    shapes = Shapes(spec, simulate, log_dir, simulate_many, say)
     if reuse is not None:
         shapes.add(spec["batch_size"], spec["seq_len"], *reuse)
     caps = {g: verdicts.capacity(p) for g, p in gpus.items()}
@@ -211,6 +214,7 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
             [(accum * k, spec["seq_len"]) for k in (2, 3, 4)]
         # the smallest shape first (with one more, for a second core): if it fits no GPU, nothing does
         first = [(accum, r)] + [p for p in points if p not in shapes.traces and p != (accum, r)][:1]
+        shapes.pace.plan(len({*first, *points} - set(shapes.traces)))
         shapes.prefetch(first)
         if shapes.reserved[(accum, r)] > max(caps.values(), default=0):
             return _none_rows(spec, gpus, shapes, t0)
@@ -316,11 +320,19 @@ def _reuse(spec: dict, results: Path):
 
 
 def run_cell(spec: dict, out: Path, results: Path = Path("results"), jobs: int = 1) -> dict:
+    """Search ``spec`` and write ``out``. Inside a workflow run the simulations go to its warm
+    engine (bench/simengine.py, $FT_MEMBENCH_SIM_ENGINE) when it takes this code's cells, else
+    to ``jobs`` warm servers of this search's own (bench/simpool.py): the same records either way."""
+    import os
+
+    from bench.simengine import ENV, EnginePool
     from bench.simpool import SimPool
-    with SimPool(jobs) as pool:
+    with EnginePool(os.environ.get(ENV), jobs, lambda: SimPool(jobs)) as pool:
         doc = search(spec, pool.run_cell, log_dir=results / "logs" / "fits" / spec["cell"],
-                     reuse=_reuse(spec, results), simulate_many=pool.run_many)
-    doc.update(cell=spec["cell"], inputs_sha256=spec["inputs_sha256"])
+                     reuse=_reuse(spec, results), simulate_many=pool.run_many,
+                     say=lambda m: print(m, file=sys.stderr, flush=True))
+    from bench import reuse
+    doc.update(cell=spec["cell"], inputs_sha256=spec["inputs_sha256"], versions=reuse.versions())
     atomic.write_json(out, doc)
     return doc
 

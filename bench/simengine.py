@@ -55,18 +55,15 @@ def key() -> str:
 
 # -- client ---------------------------------------------------------------------------------------
 
-def run_cell(spec: dict, log_path, sock: str | None) -> dict | None:
-    """The record of sim ``spec`` from the engine at ``sock`` (worker log to ``log_path``, trace
-    kept beside it as bench/launch.py keeps it), or None when there is no engine to take it."""
+def run_cell(spec: dict, log_path, sock: str | None, trace: bool = False) -> dict | None:
+    """The record of sim ``spec`` from the engine at ``sock`` (worker log to ``log_path``; the
+    trace kept beside it as bench/launch.py keeps it, or with ``trace`` returned in ``_trace`` as
+    SimPool.run_cell returns it), or None when there is no engine to take it."""
     if not sock or spec["mode"] != "sim" or not os.path.exists(sock):
         return None
-    req = {"key": key(), "spec": spec, "log": str(Path(log_path).resolve()) if log_path else None}
+    req = {"key": key(), "spec": spec, "log": str(Path(log_path).resolve()) if log_path else None, "trace": trace}
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(sock)
-            conn.sendall(json.dumps(req).encode() + b"\n")
-            conn.shutdown(socket.SHUT_WR)
-            reply = json.loads(_read_all(conn) or b"{}")
+        reply = _ask(sock, req)
     except (OSError, ValueError) as exc:
         print(f"sim engine at {sock} not reachable ({exc}): the cell runs in a fresh process", file=sys.stderr)
         return None
@@ -75,6 +72,57 @@ def run_cell(spec: dict, log_path, sock: str | None) -> dict | None:
               "it runs in a fresh process", file=sys.stderr)
         return None
     return reply["record"]
+
+
+def takes(sock: str | None) -> bool:
+    """Whether an engine answers at ``sock`` with this code's and libraries' key."""
+    if not sock or not os.path.exists(sock):
+        return False
+    try:
+        return bool(_ask(sock, {"ping": key()}).get("ok"))
+    except (OSError, ValueError):
+        return False
+
+
+class EnginePool:
+    """bench/simpool.py's interface (``run_cell``, ``run_many``, a context manager) over the
+    engine at ``sock``: what a search uses inside the workflow. Where no engine takes this code's
+    cells, everything goes to ``fallback()`` (a SimPool of its own) instead."""
+
+    def __init__(self, sock: str | None, jobs: int, fallback):
+        self.sock, self.jobs = sock, max(1, jobs)
+        self.own = None if takes(sock) else fallback()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.own is not None:
+            self.own.close()
+
+    def run_cell(self, spec: dict, log_path=None, keep_trace: bool = False) -> dict:
+        if self.own is None:
+            rec = run_cell(spec, log_path, self.sock, trace=not keep_trace)
+            if rec is not None:
+                return rec
+        if self.own is None:  # the engine went away mid-search: a pool of its own from here on
+            from bench.simpool import SimPool
+            self.own = SimPool(1)
+        return self.own.run_cell(spec, log_path, keep_trace)
+
+    def run_many(self, jobs: list[tuple[dict, object]]) -> list[dict]:
+        if self.own is not None:
+            return self.own.run_many(jobs)
+        with ThreadPoolExecutor(max_workers=self.jobs) as ex:
+            return list(ex.map(lambda job: self.run_cell(*job), jobs))
+
+
+def _ask(sock: str, req: dict) -> dict:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(sock)
+        conn.sendall(json.dumps(req).encode() + b"\n")
+        conn.shutdown(socket.SHUT_WR)
+        return json.loads(_read_all(conn) or b"{}")
 
 
 def _read_all(conn: socket.socket) -> bytes:
@@ -166,11 +214,17 @@ def serve(sock: str, watch_pid: int, jobs: int) -> None:
                 if req.get("stop"):
                     stopping.set()
                     reply = {"stopping": True}
+                elif "ping" in req:
+                    reply = {"ok": req["ping"] == own, "key": own}
                 elif req.get("key") != own:
                     reply = {"refused": f"engine key {own}, the cell's {req.get('key')}: other code or libraries"}
                 else:
-                    rec = runners.submit(pool.run_cell, req["spec"], req["log"], True).result()
-                    rec.pop("_trace", None)  # read for the fits search; a cell's record never holds it
+                    # a cell's trace is kept beside its log (results/traces/) and never in its record;
+                    # a search's sample comes back with its trace (``_trace``), as SimPool gives it
+                    keep = not req.get("trace")
+                    rec = runners.submit(pool.run_cell, req["spec"], req["log"], keep).result()
+                    if keep:
+                        rec.pop("_trace", None)
                     reply = {"record": rec}
                 conn.sendall(json.dumps(reply).encode())
             except (OSError, ValueError, KeyError) as exc:

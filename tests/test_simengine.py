@@ -88,3 +88,24 @@ def test_an_engine_of_other_code_or_libraries_refuses_and_the_cell_runs_fresh(tm
         simengine.stop(sock)
         os.environ.pop("FTMB_TEST_ENGINE", None)
     assert not Path(sock).parent.exists()
+
+
+def test_a_search_through_the_engine_has_the_answers_of_its_own_pool(tmp_path):
+    """bench.fits inside a workflow run: the engine's samples (with their traces) give the rows a
+    search with its own warm servers gives."""
+    from bench import fits
+    from bench.simpool import SimPool
+    from tests.test_fits import tiny_spec
+    spec = tiny_spec()
+    with SimPool() as pool:
+        own = fits.search(spec, pool.run_cell, simulate_many=pool.run_many)
+    sock = simengine.start(watch_pid=os.getpid(), jobs=2, env_var="FTMB_TEST_ENGINE")
+    try:
+        with simengine.EnginePool(sock, 2, fallback=lambda: pytest.fail("the engine refused")) as pool:
+            warm = fits.search(spec, pool.run_cell, log_dir=tmp_path, simulate_many=pool.run_many)
+    finally:
+        simengine.stop(sock)
+        os.environ.pop("FTMB_TEST_ENGINE", None)
+    assert warm["rows"] == own["rows"] and len(warm["simulated"]) == len(own["simulated"]) > 3
+    assert [(e["batch"], e["seq"], e["reserved_peak_bytes"]) for e in warm["simulated"]] == \
+        [(e["batch"], e["seq"], e["reserved_peak_bytes"]) for e in own["simulated"]]
