@@ -222,6 +222,10 @@ def test_fit_command_answers_from_a_fits_table_of_the_same_inputs(tmp_path):
     doc = {"cell": spec["cell"], "inputs_sha256": spec["inputs_sha256"], "rows": [fits_csv.row(spec, "rtx-4090", vals)]}
     (tmp_path / "one.json").write_text(__import__("json").dumps(doc))
     fits_csv.collect([tmp_path / "one.json"], {spec["cell"]: spec}, tmp_path / "fits.csv")
+    # a results folder's fits.csv beside the records it was searched from: their versions are its
+    # versions (bench/reuse.py), as in a workflow's results/
+    (tmp_path / "cells").mkdir()
+    __import__("shutil").copy(launch.ROOT / "results/reference/cells" / f"{spec['cell']}.json", tmp_path / "cells")
     cmd = [sys.executable, "-m", "bench.cli", "fit", "qwen2.5-7b", "--gpu", "rtx-4090", "--techniques",
            "lora+gc+bf16", "--no-search", "--results", str(tmp_path)]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=launch.ROOT, check=True).stdout
