@@ -61,12 +61,18 @@ def run_cell(spec: dict, log_path, sock: str | None, trace: bool = False) -> dic
     SimPool.run_cell returns it), or None when there is no engine to take it."""
     if not sock or spec["mode"] != "sim" or not os.path.exists(sock):
         return None
-    req = {"key": key(), "spec": spec, "log": str(Path(log_path).resolve()) if log_path else None, "trace": trace}
-    try:
-        reply = _ask(sock, req)
-    except (OSError, ValueError) as exc:
-        print(f"sim engine at {sock} not reachable ({exc}): the cell runs in a fresh process", file=sys.stderr)
-        return None
+    with tempfile.TemporaryDirectory(prefix="ftmb-engine-trace-") as tmp:
+        trace_to = os.path.join(tmp, "trace.json.gz") if trace else None
+        req = {"key": key(), "spec": spec, "log": str(Path(log_path).resolve()) if log_path else None,
+               "trace_to": trace_to}
+        try:
+            reply = _ask(sock, req)
+        except (OSError, ValueError) as exc:
+            print(f"sim engine at {sock} not reachable ({exc}): the cell runs in a fresh process", file=sys.stderr)
+            return None
+        if trace_to and "record" in reply and os.path.isfile(trace_to):
+            from bench import replay
+            reply["record"]["_trace"] = replay.load(trace_to)
     if "record" not in reply:
         print(f"sim engine at {sock} refused the cell ({reply.get('refused', 'no reply')}): "
               "it runs in a fresh process", file=sys.stderr)
@@ -220,11 +226,10 @@ def serve(sock: str, watch_pid: int, jobs: int) -> None:
                     reply = {"refused": f"engine key {own}, the cell's {req.get('key')}: other code or libraries"}
                 else:
                     # a cell's trace is kept beside its log (results/traces/) and never in its record;
-                    # a search's sample comes back with its trace (``_trace``), as SimPool gives it
-                    keep = not req.get("trace")
-                    rec = runners.submit(pool.run_cell, req["spec"], req["log"], keep).result()
-                    if keep:
-                        rec.pop("_trace", None)
+                    # a search's sample trace goes to the file it names (``trace_to``), unread here
+                    trace_to = req.get("trace_to")
+                    rec = runners.submit(pool.run_cell, req["spec"], req["log"], not trace_to, trace_to).result()
+                    rec.pop("_trace", None)
                     reply = {"record": rec}
                 conn.sendall(json.dumps(reply).encode())
             except (OSError, ValueError, KeyError) as exc:
