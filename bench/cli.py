@@ -4,21 +4,21 @@
     ft-membench fit llama-3.1-8b --gpu a100-40gb --techniques lora+gc+bf16,qlora+gc --seq 4096 --batch 2
 
 The whole-step counterpart of ``accelerate estimate-memory`` (weights and Adam only): for each
-technique, the simulated training step's verdict on the GPU (bench/verdicts.py), what it needs
+technique, the simulated training step's verdict on the GPU (bench/estimate/verdicts.py), what it needs
 (the modelled reserved peak) against what the card offers, the largest sequence at batch 1 and
-the largest batch at the sequence length that fit (bench/fits.py), and the estimated speed
+the largest batch at the sequence length that fit (bench/search/fits.py), and the estimated speed
 where the record has a speed model. Without ``--techniques``: the techniques of the default
 matrix's 7-8B study, and the best recipes among them (those that fit, most tokens/s first where a
 speed model exists, else those that go furthest).
 
-It shares all its code with the matrix path: the spec comes from bench.matrix (a one-study
+It shares all its code with the matrix path: the spec comes from bench.spec.matrix (a one-study
 matrix written for the question), a missing simulation runs in the warm sim worker
-(bench/simpool.py) exactly as the cell's Snakemake job would, and the searches are
-bench.fits'. Answers already computed are reused, never approximated: a cell record in
-``results/cells`` or ``results/reference/cells`` that passes the record gate (bench/record.gate:
+(bench/search/simpool.py) exactly as the cell's Snakemake job would, and the searches are
+bench.search.fits'. Answers already computed are reused, never approximated: a cell record in
+``results/cells`` or ``results/reference/cells`` that passes the record gate (bench/records/record.gate:
 the contract, and the same inputs_sha256, knobs and shape; a study's record for a GPU that study
 judged: ``judged_on``), and a search in ``results/fits/`` or a ``fits.csv`` for the same inputs,
-each by bench/reuse.py's one rule: made by the same engine code (``versions.ft_membench_engine``);
+each by bench/records/reuse.py's one rule: made by the same engine code (``versions.ft_membench_engine``);
 made with other library versions, it is reused and says which (a note before anything runs says
 the installed versions differ from the reference's), or with ``--resimulate`` simulated again.
 Each line says where its answer came from. A simulation is deterministic, so a reused record
@@ -42,8 +42,11 @@ from pathlib import Path
 
 import yaml
 
-from bench import atomic, fits, fits_csv, inputs, matrix, progress, record, reuse, verdicts
-from bench.techniques import MAXIMUMS, MINIMUMS
+from bench.estimate import verdicts
+from bench.records import atomic, record, reuse
+from bench.search import fits, fits_csv, progress
+from bench.spec import inputs, matrix
+from bench.spec.techniques import MAXIMUMS, MINIMUMS
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STUDY = "sim-7b-8b"  # its techniques are the default list
@@ -135,7 +138,7 @@ def stored_record(spec: dict, paths: list[Path], here: dict, gpu: str | None = N
                   resimulate: bool = False) -> tuple[dict, str] | tuple[None, None]:
     """An ok record of this cell that passes the record gate against ``spec`` (record.gate: the
     contract, the same inputs, knobs and shape; the GPU profiles as its study judged them, the
-    asked ``gpu`` among them: ``judged_on``) and is reused by bench/reuse.py's rule (the same
+    asked ``gpu`` among them: ``judged_on``) and is reused by bench/records/reuse.py's rule (the same
     engine code; other library versions are named in where it came from), and where. A record
     that fails the gate is passed over, never answered from."""
     for path in paths:
@@ -172,7 +175,7 @@ def own_fits_path(spec: dict, results: Path, gpu: str) -> Path:
 def stored_fits(spec: dict, results: Path, gpu: str, here: dict | None = None,
                 resimulate: bool = False) -> tuple[dict, str] | tuple[None, None]:
     """A search of this cell on ``gpu`` made from the same inputs at the same shape and reused by
-    bench/reuse.py's rule (as records are), and where."""
+    bench/records/reuse.py's rule (as records are), and where."""
     here = here or versions()
 
     def kept(doc, path):
@@ -207,9 +210,9 @@ def stored_fits(spec: dict, results: Path, gpu: str, here: dict | None = None,
 def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print, jobs: int = 1,
            resimulate: bool = False) -> list[dict]:
     """One line of the answer per technique (dicts), simulating and searching what is missing;
-    stored answers are reused by bench/reuse.py's rule (``resimulate``: only those made with the
-    installed library versions)."""
-    from bench.simpool import SimPool
+    stored answers are reused by bench/records/reuse.py's rule (``resimulate``: only those made
+    with the installed library versions)."""
+    from bench.search.simpool import SimPool
     here = versions()
     drift = reuse.drift(here, ROOT / "results" / "reference" / "constraints.txt")
     if drift:  # before any waiting
@@ -371,7 +374,8 @@ def _short(text) -> str:
     return text
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The `ft-membench` command line, built without running anything (tests/test_docs.py reads it)."""
     ap = argparse.ArgumentParser(prog="ft-membench", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("fit", help="will MODEL fine-tune on GPU, and how far can it go")
@@ -387,7 +391,11 @@ def main(argv=None) -> int:
     fit.add_argument("--no-search", action="store_true", help="answer from records only, search nothing")
     fit.add_argument("--resimulate", action="store_true",
                      help="reuse only answers made with the installed library versions; simulate the others again")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     techniques = [t.strip() for t in args.techniques.split(",") if t.strip()] if args.techniques else None
     try:
         if techniques == []:

@@ -7,7 +7,7 @@
     pytest bench -k published          # the published corpus's rows (bench/test_published.py, matrix/published.yaml)
     pytest bench/test_cells.py --cell ID --cell-out results/cells/ID.json   # what Snakemake runs
 
-The ids come from bench.matrix, the one loader: a bad matrix fails collection with the
+The ids come from bench.spec.matrix, the one loader: a bad matrix fails collection with the
 file, key and reason before any cell runs.
 
 ``--cell ID --cell-out PATH`` is the per-cell job of the Snakefile: exactly that cell runs,
@@ -15,7 +15,7 @@ and its pytest-benchmark JSON (the record in ``extra_info``) is moved to PATH at
 the session ends. Whatever happened (a crash, an error record, a collection error), PATH
 receives a record, and the exit status is 0 once it has: a failing cell is a row, and the
 workflow goes on. While it runs, a watchdog ends the job if the process that started it dies
-(bench/lifeline.py), so a killed Snakemake leaves no cell running beside later ones.
+(bench/runner/lifeline.py), so a killed Snakemake leaves no cell running beside later ones.
 """
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import atomic, launch, lifeline, matrix, record, simengine
+from bench.records import atomic, record
+from bench.runner import launch, lifeline, simengine
+from bench.spec import matrix
 
 CELLS = pytest.StashKey[dict]()
 
@@ -41,7 +43,7 @@ def pytest_addoption(parser):
     group.addoption("--cell-out", default=None,
                     help="with --cell: write the cell's benchmark JSON here atomically, whatever happens")
     group.addoption("--sim-engine", default=os.environ.get(simengine.ENV),
-                    help="unix socket of the workflow's warm sim engine (bench/simengine.py; default: "
+                    help="unix socket of the workflow's warm sim engine (bench/runner/simengine.py; default: "
                          f"${simengine.ENV}, which the Snakefile sets): sim cells run there, others fresh")
 
 
@@ -96,8 +98,8 @@ def worker_log(request, cell_spec):
 @pytest.fixture
 def cell_runner(request):
     """``run(spec, log) -> record``: a sim cell through the warm engine when one is given and
-    takes it (the record of the cell run alone in a fresh process, bench/simengine.py), else
-    (and for every cpu/cuda cell) its own fresh worker process (bench/launch.py)."""
+    takes it (the record of the cell run alone in a fresh process, bench/runner/simengine.py), else
+    (and for every cpu/cuda cell) its own fresh worker process (bench/runner/launch.py)."""
     sock = request.config.getoption("sim_engine")
 
     def run(spec: dict, log_path) -> dict:

@@ -5,13 +5,13 @@
     python -m bench.reproduce --only qwen2.5-7b__sim__lora --only tiny-qwen2__cpu__baseline --out DIR
     python -m bench.reproduce --check-only --out results/rerun    # check cells already run
 
-Each selected cell runs through bench.launch.run_cell (the same isolated worker as every
+Each selected cell runs through bench.runner.launch.run_cell (the same isolated worker as every
 run), one at a time, into ``<out>/cells/<cell>.json`` (pytest-benchmark's shape, the record in
 ``benchmarks[0].extra_info``, the cell spec in ``params.cell_spec``, as the Snakemake rule
 writes it), worker logs in ``<out>/logs/``. Then each record is checked against the
-reference's by bench.identical: sim records identical in every field outside the stated
+reference's by bench.records.identical: sim records identical in every field outside the stated
 context fields, cpu peaks and breakdowns identical, cpu throughput within the measured
-noise band (bench.noise). Cells are the reference's; a cell the matrix no longer has, or a
+noise band (bench.records.noise). Cells are the reference's; a cell the matrix no longer has, or a
 reference file that cannot be read, is a difference too.
 
 Output: every difference, one line each, by cell and field, on stdout and in
@@ -27,7 +27,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import atomic, identical, launch, matrix, noise, results
+from bench.records import atomic, identical, noise, results
+from bench.runner import launch
+from bench.spec import matrix
 
 
 def select(ref: results.ResultSet, cells: dict, only) -> tuple[list[str], list[str]]:
@@ -103,7 +105,7 @@ def main(argv=None) -> int:
     load = None if args.check_only else run(cells, specs, out)
     lines += check(ref, results.read(out, only=args.only), cells)
     head = (f"{len(cells)} cells rerun into {out} and checked against {args.reference}: sim exact; cpu bytes exact, "
-            f"cpu throughput within ±{noise.CPU_THROUGHPUT_BAND * 100:.0f}% (bench/noise.py); not compared: "
+            f"cpu throughput within ±{noise.CPU_THROUGHPUT_BAND * 100:.0f}% (bench/records/noise.py); not compared: "
             f"{', '.join(identical.EXCLUDED)}")
     verdict = f"{len(lines)} differences" if lines else "no difference: reproduced"
     text = "\n".join([head, *([load] if load else []), *lines, verdict]) + "\n"

@@ -7,7 +7,8 @@ the record has been saved (pytest-benchmark keeps a benchmark whose target retur
 """
 import pytest
 
-from bench import ranks, record
+from bench.records import record
+from bench.runner import ranks
 
 
 def test_cell(cell_spec, worker_log, cell_runner, benchmark):

@@ -3,7 +3,7 @@
     python -m report.table results/cells/*.json --out results/table.csv
     python -m report.build results/table.csv --out results/report.html
 
-``report.table`` checks run records against their contract (bench/record.py) and flattens them
+``report.table`` checks run records against their contract (bench/records/record.py) and flattens them
 into one long-form row per cell, a record that breaks it becoming an error row; it writes the
 CSV with a manifest beside it (``table_check``), and ``report.build`` refuses a table that does
 not match its manifest. ``report.build`` reads that CSV, and only that, and renders

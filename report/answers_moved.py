@@ -7,7 +7,7 @@ OLD and NEW each hold ``cells/<cell>.json`` (the run record in ``benchmarks[0].e
 and ``fits.csv``. One row per (cell, GPU) whose answer differs: the verdict (sim: per GPU;
 cpu/cuda: the status), the modelled reserved need, the largest sequence at batch 1 and the
 largest batch at the study's length. A cell or GPU on one side only is a row too ("absent").
-Records are read through bench.results (the contract check every reader uses); a file that
+Records are read through bench.records.results (the contract check every reader uses); a file that
 fails it is a row saying so, never a silent gap.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import io
 import sys
 from pathlib import Path
 
-from bench import atomic, results
+from bench.records import atomic, results
 
 GIB = 2**30
 ABSENT = "absent"

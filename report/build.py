@@ -37,7 +37,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from bench import atomic, record
+from bench.records import atomic, record
 from report import GIB, claims, consistency, effects, lookup, recommend, scope, scoreboard, sections, stages
 from report.fits_table import FitsError, read_fits
 from report.fmt import fmt_gib, jcol, missing

@@ -18,8 +18,9 @@ from typing import Callable
 
 import pandas as pd
 
-from bench import record, techniques
-from bench.noise import CPU_THROUGHPUT_BAND
+from bench.records import record
+from bench.spec import techniques
+from bench.records.noise import CPU_THROUGHPUT_BAND
 from report import GIB
 from report.compare import ok_rows, pairs, without_knob
 from report.fmt import DASH, analytic_note, details, fmt_gib, jcol, knobs, missing, provenance
@@ -158,10 +159,10 @@ def gc_time(df, t):
                     " (cpu: small models, and every step carries the memory tracker's overhead)" if mode == "cpu" else "")
             verdict = band(med, t["holds"], t["partly"])
             if mode == "cpu" and abs(med) < t["cpu_noise"]:
-                # repeats of one CPU cell spread this much (bench/noise.py): a smaller change is no evidence
+                # repeats of one CPU cell spread this much (bench/records/noise.py): a smaller change is no evidence
                 verdict = UNMEASURABLE
                 why += (f"; within the measured run-to-run noise of CPU timings, ±{t['cpu_noise']:g}% "
-                        "(bench/noise.py, results/reference/throughput-noise.txt), so it neither confirms nor refutes")
+                        "(bench/records/noise.py, results/reference/throughput-noise.txt), so it neither confirms nor refutes")
             out.append(result([p[0] for p in prs], verdict, evidence, why))
     return out
 

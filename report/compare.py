@@ -7,14 +7,15 @@ measured one.
 
 Facts a record holds (world size, sequence length, batch, the resolved knobs) are read from
 the table's columns, never worked out again from technique names; names are only matched
-as names (which cell is X and which is X+gc), and the catalogue (bench/techniques.py) says
+as names (which cell is X and which is X+gc), and the catalogue (bench/spec/techniques.py) says
 what a name sets.
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from bench import record, techniques
+from bench.records import record
+from bench.spec import techniques
 from report.fmt import DASH, MINUS, fmt_gib, knobs, missing
 
 

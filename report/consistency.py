@@ -1,4 +1,4 @@
-"""The page's section of broken consistency rules (bench/consistency.py): every record and
+"""The page's section of broken consistency rules (bench/records/consistency.py): every record and
 every fits answer is held to them; a row here is an answer that should not be trusted until
 its cause is found. Shown only when some rule is broken."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from bench import consistency
+from bench.records import consistency
 
 
 def _json(v):

@@ -11,8 +11,8 @@ import math
 
 import pandas as pd
 
-from bench import record
-from bench.noise import CPU_THROUGHPUT_BAND
+from bench.records import record
+from bench.records.noise import CPU_THROUGHPUT_BAND
 from report import GIB
 
 DASH = "—"                       # not measured (or not comparable): never shown as 0
@@ -83,7 +83,7 @@ def jcol(row, column: str):
 
 def within_cpu_noise(row, pct) -> bool:
     """True when a cpu-measured timing change of ``pct`` % is inside the measured run-to-run noise
-    of CPU throughput (±CPU_THROUGHPUT_BAND, bench/noise.py): no evidence of a cost or a gain."""
+    of CPU throughput (±CPU_THROUGHPUT_BAND, bench/records/noise.py): no evidence of a cost or a gain."""
     return row["mode"] == "cpu" and pct is not None and abs(pct) < CPU_THROUGHPUT_BAND * 100
 
 
@@ -105,7 +105,7 @@ def details(row) -> dict:
 
 
 def knobs(row) -> dict:
-    """The record's resolved knobs (bench.techniques.DEFAULT_KNOBS keys); {} on a row without them."""
+    """The record's resolved knobs (bench.spec.techniques.DEFAULT_KNOBS keys); {} on a row without them."""
     doc = jcol(row, "knobs")
     return doc if isinstance(doc, dict) else {}
 

@@ -187,7 +187,7 @@ def lookup_row(c: dict, fits, recommended: bool, rank: int) -> dict:
     note = verdict_note(r, c["gpu"])
     n = 1 if missing(r["world_size"]) else int(r["world_size"])
     if n > 1:  # a multi-GPU cell: memory is one rank's; a measured record's tokens/s is the run's
-        # (bench/ranks.py), the speed model's one rank's
+        # (bench/runner/ranks.py), the speed model's one rank's
         measured = r["mode"] == "cuda" and not missing(r["tokens_per_s"])
         run = float(r["tokens_per_s"]) if measured else ((c["speed"] or {}).get("tokens_per_s") or 0) * n
         if run:

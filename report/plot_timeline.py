@@ -5,7 +5,7 @@ sample is a stretch of events: its reserved and allocated peaks, the categories 
 The data is the record's ``allocator_model.timeline`` (bench/worker/alloctrace.py: samples of
 the allocator-model replay of the cell's trace; each sample's reserved line is the most
 reserved within its stretch of events) and ``allocator_model.capacity_bytes_by_gpu`` (GPU
-memory minus the context reserve, bench/verdicts.py). Cells that tell a story are drawn:
+memory minus the context reserve, bench/estimate/verdicts.py). Cells that tell a story are drawn:
 those whose techniques touch the allocator or the batch shapes (``STORY``).
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from bench.record import CATEGORIES
+from bench.records.record import CATEGORIES
 from report import GIB
 from report.compare import parts
 from report.fmt import jcol

@@ -23,7 +23,7 @@ import seaborn as sns  # noqa: E402
 import seaborn.objects as so  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from bench import record  # noqa: E402
+from bench.records import record  # noqa: E402
 from report import GIB  # noqa: E402
 
 # One colour per breakdown category, the same in every chart.

@@ -11,7 +11,7 @@ sequence length (b<N>, s<N>) are left out. "Fastest" compares single-device cell
 simulated step is not timed, and FLOPs are never used to rank), by measured tokens/s in cpu and
 cuda. A measured timing taken beside other load (``details.timing_load``, contended) never
 ranks: it is left out and said. In cpu mode a lead inside the run-to-run noise band
-(±CPU_THROUGHPUT_BAND, bench/noise.py) is not a lead: the cells inside it are named, none is
+(±CPU_THROUGHPUT_BAND, bench/records/noise.py) is not a lead: the cells inside it are named, none is
 "fastest". "Cheapest change" ranks the fitting combinations by: single device before several, then
 lowest difficulty (catalogue), then least overhead (the same speed), then lowest peak; never by
 how many techniques a combination has.
@@ -22,7 +22,7 @@ import math
 
 import pandas as pd
 
-from bench.noise import CPU_THROUGHPUT_BAND
+from bench.records.noise import CPU_THROUGHPUT_BAND
 from report.compare import difficulty_rank, other_workload
 from report.fmt import DASH, change_pct, contended, fmt_count, fmt_gib, fmt_pct, jcol, missing, provenance
 from report.lookup import speed_of

@@ -1,7 +1,7 @@
 """The report's section "How close is each tool to published GPU measurements" (issue 28, req. 4).
 
 It reads the records of the published studies (``published-*``, matrix/published.yaml) in the
-table it is given, scores every tool on every corpus row with bench/scoreboard.py (the row's own
+table it is given, scores every tool on every corpus row with bench/corpus/scoreboard.py (the row's own
 measure), and draws: the summary per tool and measure (rows covered, median |error|, worst error,
 fits/oom agreement), a plot of predicted against published GiB, and every corpus row with its
 source link, whether or not it was simulated. A table without published records has no section.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench import peer_fitcheck, peer_rules, published
-from bench import scoreboard as sb
+from bench.corpus import peer_fitcheck, peer_rules, published
+from bench.corpus import scoreboard as sb
 from report.fmt import jcol, missing
 
 STUDY_PREFIX = "published-"

@@ -3,7 +3,7 @@
     python -m report.table results/cells/*.json --out results/table.csv [--matrix matrix/default.yaml]
 
 Input: pytest-benchmark JSON files (``--benchmark-json``). ``benchmarks[0]["extra_info"]`` is
-one run record (bench/record.py); ``benchmarks[0]["stats"]["mean"]`` is kept as
+one run record (bench/records/record.py); ``benchmarks[0]["stats"]["mean"]`` is kept as
 ``bench_wall_s``. Every file gives a row, and no row says more than its record proves:
 
 - a file that cannot be read, or holds no benchmark or no record: status "error", the file
@@ -13,11 +13,11 @@ one run record (bench/record.py); ``benchmarks[0]["stats"]["mean"]`` is kept as
   "record breaks the contract (it said <status>): ...", its measurements left out;
 - two files holding the same cell: both "error", naming the files.
 
-With ``--matrix M`` (bench.matrix), every cell of M that has no results file gets an error row
+With ``--matrix M`` (bench.spec.matrix), every cell of M that has no results file gets an error row
 ("no results file"); a file for a cell that is not in M, or whose record's settings (shape,
 knobs, capacities) differ from M's cell, is an error row saying so.
 
-Output: a CSV written atomically (bench/atomic.py), with a manifest ``<stem>.meta.json``
+Output: a CSV written atomically (bench/records/atomic.py), with a manifest ``<stem>.meta.json``
 beside it (row count, sha256; report/table_check.py), one row per input file, columns
 ``COLUMNS`` then any record keys this module does not know (kept, not dropped):
 
@@ -41,7 +41,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench import matrix, record
+from bench.records import record
+from bench.spec import matrix
 from report import table_check
 from report.table_check import TableError  # noqa: F401  (the error read_table raises)
 
@@ -66,7 +67,7 @@ _KEPT = (*record.SPEC_FIELDS, "versions", "machine", "started_at", "wall_s", "lo
 
 def load_records(paths, cells: dict | None = None, matrix_name: str = "the matrix") -> list[dict]:
     """One row-ready record per path, in order, each checked against the record contract (and,
-    given ``cells`` from bench.matrix.load, against the matrix; then one more record for each
+    given ``cells`` from bench.spec.matrix.load, against the matrix; then one more record for each
     cell of it that has no file)."""
     paths = [Path(p) for p in paths]
     recs = [_checked(p, _load_one(p)) for p in paths]

@@ -7,7 +7,7 @@
 - cannot be read, is empty, is not UTF-8, or does not end with a newline (cut short);
 - is not well-formed CSV (a quoted field left open), has a row with more or fewer fields
   than the header (ragged), lacks a column the report needs, or holds a status that is not
-  one of bench.record.STATUSES;
+  one of bench.records.record.STATUSES;
 - has no manifest, or does not match it: the row count catches rows cut at a row boundary,
   the sha256 any other edit or corruption since the table was written.
 """
@@ -19,7 +19,7 @@ import io
 import json
 from pathlib import Path
 
-from bench import atomic, record
+from bench.records import atomic, record
 
 
 class TableError(ValueError):

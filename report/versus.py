@@ -15,7 +15,7 @@ then, as ``pytest-benchmark compare --group-by``, by group (``group`` = the stud
 model, gpu, mode, technique, cell; comma-joined for several). The environment difference
 (library versions, machine, commit) heads the page.
 
-Tolerances: bytes and FLOPs exact; throughput within bench.noise.CPU_THROUGHPUT_BAND.
+Tolerances: bytes and FLOPs exact; throughput within bench.records.noise.CPU_THROUGHPUT_BAND.
 Exit status: 2 when the comparison is incomplete (a folder missing, a file corrupt or
 breaking the record contract, different cell sets, or a cell whose inputs differ: each is
 listed on the page and on stderr), else 1 with ``--fail-on-move`` when a cell moved, else 0.
@@ -32,10 +32,10 @@ from pathlib import Path
 
 import jinja2
 
-from bench import noise, record, results
+from bench.records import noise, record, results
 from report import GIB
 from report.fmt import fmt_count, fmt_gib
-from bench.atomic import write_text
+from bench.records.atomic import write_text
 from report.versus_rows import METRICS, Row, compare, env_diff
 
 HERE = Path(__file__).resolve().parent

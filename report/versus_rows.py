@@ -3,7 +3,7 @@ difference, and every reason the comparison is incomplete. Never imports torch.
 
 Tolerances (one place each): bytes and FLOPs exact (a simulated or counted byte is
 deterministic; bench.reproduce checks that reruns agree to the byte); throughput within
-``bench.noise.CPU_THROUGHPUT_BAND`` of OLD on measured cells. Change is pytest-benchmark's
+``bench.records.noise.CPU_THROUGHPUT_BAND`` of OLD on measured cells. Change is pytest-benchmark's
 ``new / old * 100 - 100`` percent. A cell whose status or any verdict changed has moved,
 whatever its numbers.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from bench import identical, noise, record
-from bench.results import ResultSet
+from bench.records import identical, noise, record
+from bench.records.results import ResultSet
 
 METRICS = ("peak_bytes", *(f"{c}_bytes" for c in record.CATEGORIES), "tokens_per_s", "flops_per_step")
 EXACT = tuple(m for m in METRICS if m != "tokens_per_s")

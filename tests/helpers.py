@@ -27,7 +27,7 @@ def run_cells(specs, folder: Path) -> dict:
     """Run cell specs through the launcher, two workers at a time (2 cores); {technique: record}."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from bench import launch
+    from bench.runner import launch
     with ThreadPoolExecutor(2) as pool:
         out = list(pool.map(lambda s: launch.run_cell(s, Path(folder) / f"{s['cell']}.log"), specs))
     return {"+".join(r["techniques"]): r for r in out}
@@ -35,7 +35,7 @@ def run_cells(specs, folder: Path) -> dict:
 
 def ok(recs: dict, name: str) -> dict:
     """The ok record of technique ``name``, checked against the record contract."""
-    from bench import record
+    from bench.records import record
     rec = recs[name]
     assert rec["status"] == "ok", f"{name}: {rec['status']}: {rec['reason']}\n{rec['log_tail']}"
     assert record.problems(rec) == []

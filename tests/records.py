@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench import record, techniques
+from bench.records import record
+from bench.spec import techniques
 from report import GIB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,7 +19,7 @@ SIM_GPUS = ("a100-80g", "rtx-4090")
 
 
 def spec(model, gpu, techs, mode="cuda", verdict_gpus=SIM_GPUS, **kw):
-    """A cell spec as bench.matrix makes one: knobs from the catalogue, capacities per mode."""
+    """A cell spec as bench.spec.matrix makes one: knobs from the catalogue, capacities per mode."""
     names = [t for t in techs if t != "baseline"]
     return {"cell": f"{model}__{gpu}__{'+'.join(techs)}", "model": model, "gpu": gpu,
             "techniques": list(techs), "knobs": techniques.knobs(names), "mode": mode, "world_size": 1,

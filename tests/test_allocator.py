@@ -1,9 +1,9 @@
-"""The caching-allocator model (bench/allocator.py) on hand-made traces: every expected
+"""The caching-allocator model (bench/estimate/allocator.py) on hand-made traces: every expected
 figure follows from the rules its docstring cites from c10/cuda/CUDACachingAllocator.cpp."""
 import pytest
 
-from bench import replay
-from bench.allocator import Allocator, OutOfMemory, parse_conf
+from bench.estimate import replay
+from bench.estimate.allocator import Allocator, OutOfMemory, parse_conf
 
 MiB = 2**20
 

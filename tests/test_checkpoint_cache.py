@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import launch, matrix
+from bench.runner import launch
+from bench.spec import matrix
 from tests.helpers import MATRIX_DIR
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The consistency rules (bench/consistency.py) on made-up records and fits rows, and on the
+"""The consistency rules (bench/records/consistency.py) on made-up records and fits rows, and on the
 published reference results, whose every record and fits answer must keep them.
 
     pytest tests/test_consistency.py -q
@@ -9,7 +9,7 @@ import csv
 import json
 from pathlib import Path
 
-from bench import consistency
+from bench.records import consistency
 
 GIB = 2**30
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "reference"

@@ -15,7 +15,9 @@ import time
 import pytest
 
 from bench.worker import gpumem
-from bench import launch, matrix, record
+from bench.records import record
+from bench.runner import launch
+from bench.spec import matrix
 
 GIB = 2**30
 TINY = {"mode": "cuda", "models": ["tiny-llama"]}

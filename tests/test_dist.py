@@ -2,7 +2,7 @@
 
     pytest tests/test_dist.py -q          # the real runs are marked slow (about 1.5 min)
 
-The merge tests use hand-made rank records (bench/ranks.py is plain Python); the slow tests
+The merge tests use hand-made rank records (bench/runner/ranks.py is plain Python); the slow tests
 run real ZeRO-3 and FSDP2 cells at world sizes 1 and 2 on CPU (gloo, 127.0.0.1).
 """
 from __future__ import annotations
@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import launch, matrix, ranks, record
+from bench.records import record
+from bench.runner import launch, ranks
+from bench.spec import matrix
 
 TINY = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"]}
 
@@ -48,7 +50,7 @@ def test_worker_alone_refuses_a_world_size_it_was_not_given(matrix_file, tmp_pat
     subprocess.run([sys.executable, "-m", "bench.worker", str(spec_p), str(out_p)], env=env,
                    capture_output=True, check=True)
     rec = json.loads(out_p.read_text())
-    assert rec["status"] == "error" and "bench.launch" in rec["reason"]
+    assert rec["status"] == "error" and "bench.runner.launch" in rec["reason"]
 
 
 # -- merge: one record from N ------------------------------------------------------------------

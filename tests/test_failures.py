@@ -11,7 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import atomic, launch, matrix, record
+from bench.records import atomic, record
+from bench.runner import launch
+from bench.spec import matrix
 from report import table
 from tests.helpers import MATRIX_DIR
 

@@ -2,11 +2,12 @@
 and exits nonzero; an unwritable --results folder is a one-line warning, the answer printed."""
 import pytest
 
-from bench import cli, record
+from bench import cli
+from bench.records import record
 
 
 class FakePool:
-    """Stands in for bench.simpool.SimPool: every simulation ends in an error with a reason."""
+    """Stands in for bench.search.simpool.SimPool: every simulation ends in an error with a reason."""
     def __init__(self, jobs):
         pass
 
@@ -22,8 +23,8 @@ class FakePool:
 
 @pytest.fixture
 def fake_pool(monkeypatch):
-    import bench.simpool
-    monkeypatch.setattr(bench.simpool, "SimPool", FakePool)
+    import bench.search.simpool
+    monkeypatch.setattr(bench.search.simpool, "SimPool", FakePool)
 
 
 ARGS = ["fit", "tiny-llama", "--gpu", "rtx-4090", "--techniques", "lora", "--no-search", "--seq", "96"]

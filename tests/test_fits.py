@@ -1,4 +1,4 @@
-"""The fits search (bench/fits.py, bench/interp.py) and the warm sim worker (bench/simpool.py).
+"""The fits search (bench/search/fits.py, bench/estimate/interp.py) and the warm sim worker (bench/search/simpool.py).
 
 Fast tests hold the pieces that need no simulation: the interpolation's exactness checks on
 made-up traces, the per-GPU bisection against a scan of the grid. Slow tests simulate a tiny
@@ -11,9 +11,12 @@ import random
 
 import pytest
 
-from bench import fits, fits_csv, inputs, interp, launch, matrix, verdicts
-from bench import identical
-from bench.simpool import SimPool
+from bench.estimate import interp, verdicts
+from bench.runner import launch
+from bench.search import fits, fits_csv
+from bench.spec import inputs, matrix
+from bench.records import identical
+from bench.search.simpool import SimPool
 
 MiB = 2**20
 
@@ -79,7 +82,7 @@ def test_not_searched_cells_are_error_rows_with_their_reason():
 
 def on_tiny_llama(spec: dict) -> dict:
     """``spec`` with tiny-llama's config in place of its model's, digested as the matrix would
-    (the worker refuses a config that is not the one the spec digested: bench/inputs.py pin)."""
+    (the worker refuses a config that is not the one the spec digested: bench/spec/inputs.py pin)."""
     path = matrix.DEFAULT_MATRIX.parent / "models" / "tiny-llama.json"
     return dict(spec, model_config=str(path),
                 inputs_sha256=dict(spec["inputs_sha256"], model_config=inputs.digest(json.loads(path.read_text()))))
@@ -98,7 +101,7 @@ def test_an_axis_that_cannot_be_searched_leaves_the_other_answered():
     """Batch traces that are not one family (odd batches allocate once more) and a bisection
     past the exact-search budget: the batch answer is an error with its reason, the sequence
     answer still stands."""
-    from bench import replay
+    from bench.estimate import replay
     spec = tiny_spec()
 
     def simulate(s, _log=None):
@@ -223,9 +226,13 @@ def test_fit_command_answers_from_a_fits_table_of_the_same_inputs(tmp_path):
     (tmp_path / "one.json").write_text(__import__("json").dumps(doc))
     fits_csv.collect([tmp_path / "one.json"], {spec["cell"]: spec}, tmp_path / "fits.csv")
     # a results folder's fits.csv beside the records it was searched from: their versions are its
-    # versions (bench/reuse.py), as in a workflow's results/
+    # versions (bench/records/reuse.py), as in a workflow's results/
+    # (the reference's record, as made by this code: its engine digest is this one)
+    from bench.records import reuse
+    kept = __import__("json").loads((launch.ROOT / "results/reference/cells" / f"{spec['cell']}.json").read_text())
+    kept["benchmarks"][0]["extra_info"]["versions"] = reuse.versions()
     (tmp_path / "cells").mkdir()
-    __import__("shutil").copy(launch.ROOT / "results/reference/cells" / f"{spec['cell']}.json", tmp_path / "cells")
+    (tmp_path / "cells" / f"{spec['cell']}.json").write_text(__import__("json").dumps(kept))
     cmd = [sys.executable, "-m", "bench.cli", "fit", "qwen2.5-7b", "--gpu", "rtx-4090", "--techniques",
            "lora+gc+bf16", "--no-search", "--results", str(tmp_path)]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=launch.ROOT, check=True).stdout
@@ -260,7 +267,8 @@ def test_fit_answers_from_a_study_record_for_a_gpu_the_study_judged(tmp_path):
     """The question is asked against every GPU profile; the 70B study judged five. For one of
     them its record and search answer (inputs digested as that study's: cli.judged_on), for a
     GPU the study never judged they do not."""
-    from bench import cli, record
+    from bench import cli
+    from bench.records import record
     spec = next(iter(cli.specs("llama-3.1-70b", "rtx-a6000", ["qlora+gc"], None, None).values()))
     path = matrix.DEFAULT_MATRIX.parent.parent / "results" / "reference" / "cells" / "llama-3.1-70b__sim__qlora+gc.json"
     rec, where = cli.stored_record(spec, [path], cli.versions(), "rtx-a6000")

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from bench import fits, fits_csv, matrix
+from bench.search import fits, fits_csv
+from bench.spec import matrix
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """A full disk or an unwritable folder leaves evidence and no partial file (issue 25): every
-write goes through bench/atomic.py, whose error is one line naming the path; the worker says
+write goes through bench/records/atomic.py, whose error is one line naming the path; the worker says
 it and leaves no half-written record or trace."""
 import errno
 import json
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from bench import atomic
+from bench.records import atomic
 from bench.worker import main as worker
 
 
@@ -35,7 +35,7 @@ def test_an_unwritable_folder_names_the_path(tmp_path, monkeypatch):
 
 
 def test_the_worker_says_it_could_not_write_its_record(tmp_path, monkeypatch, capsys, matrix_file):
-    from bench import matrix
+    from bench.spec import matrix
     spec = matrix.load(matrix_file({"c": {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"],
                                           "techniques": ["baseline"]}}))["tiny-llama__cpu__baseline"]
     (tmp_path / "spec.json").write_text(json.dumps(spec))

@@ -1,9 +1,9 @@
-"""What counts as the same result on a rerun (bench/identical.py): field by field."""
+"""What counts as the same result on a rerun (bench/records/identical.py): field by field."""
 import copy
 import json
 from pathlib import Path
 
-from bench import identical, noise
+from bench.records import identical, noise
 
 REF = Path(__file__).resolve().parent.parent / "results" / "reference" / "cells"
 

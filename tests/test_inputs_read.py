@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from bench import inputs, matrix, record
+from bench.records import record
+from bench.spec import inputs, matrix
 from tests.helpers import MATRIX_DIR
 
 

@@ -1,4 +1,4 @@
-"""The process boundary, kept: every module on the parent side (bench/*.py, report/*.py)
+"""The process boundary, kept: every module on the parent side (bench/ outside bench/worker/, report/)
 imports without torch, transformers or anything from bench.worker; only bench/worker/ may."""
 import subprocess
 import sys
@@ -9,18 +9,24 @@ HEAVY = ("torch", "transformers", "peft", "deepspeed", "bitsandbytes", "bench.wo
 
 
 def parent_modules() -> list[str]:
+    """Every module of bench/ and report/, subpackages included, except bench/worker/."""
     out = []
     for package in ("bench", "report"):
-        for path in sorted((REPO / package).glob("*.py")):
+        for path in sorted((REPO / package).rglob("*.py")):
+            rel = path.relative_to(REPO).with_suffix("")
+            if rel.parts[:2] == ("bench", "worker"):
+                continue  # the worker side: it may import torch
             if path.stem.startswith("test_") or path.stem == "conftest":
                 continue  # benchmark files: pytest collects them, nothing imports them
-            out.append(package if path.stem == "__init__" else f"{package}.{path.stem}")
+            parts = rel.parts[:-1] if path.stem == "__init__" else rel.parts
+            out.append(".".join(parts))
     return out
 
 
 def test_parent_side_is_found():
     mods = parent_modules()
-    assert {"bench.matrix", "bench.launch", "bench.record", "bench.lifeline", "report.build"} <= set(mods)
+    assert {"bench.spec.matrix", "bench.runner.launch", "bench.records.record", "bench.runner.lifeline",
+            "bench.search.fits", "bench.corpus.scoreboard", "report.build"} <= set(mods)
     assert not any(m.startswith("bench.worker") for m in mods)
 
 

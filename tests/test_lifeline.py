@@ -1,5 +1,5 @@
 """No orphans: killing Snakemake, or the pytest job under it, with SIGKILL ends the cell's
-worker too (bench/lifeline.py), so no worker keeps running beside later cells."""
+worker too (bench/runner/lifeline.py), so no worker keeps running beside later cells."""
 import os
 import signal
 import subprocess

@@ -1,10 +1,10 @@
-"""The reference results carry their exact package set (bench/lock.py)."""
+"""The reference results carry their exact package set (bench/records/lock.py)."""
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from bench import lock
+from bench.records import lock
 
 REPO = Path(__file__).resolve().parent.parent
 CONSTRAINTS = REPO / "results" / "reference" / "constraints.txt"
@@ -37,7 +37,7 @@ def test_every_library_version_the_reference_records_name_is_pinned():
 
 def test_lock_of_this_environment_names_torch_without_label_and_not_the_project(tmp_path):
     out = tmp_path / "c.txt"
-    subprocess.run([sys.executable, "-m", "bench.lock", str(out)], check=True, cwd=REPO, capture_output=True)
+    subprocess.run([sys.executable, "-m", "bench.records.lock", str(out)], check=True, cwd=REPO, capture_output=True)
     got = pins(out)
     assert "ft-membench" not in got and "+" not in got["torch"]
     assert "pip install -e . -c results/reference/constraints.txt" in out.read_text()

@@ -4,7 +4,9 @@ import json
 
 import pytest
 
-from bench import inputs, launch, matrix, record
+from bench.records import record
+from bench.runner import launch
+from bench.spec import inputs, matrix
 from tests.helpers import MATRIX_DIR
 from tests.test_record import CPU_STUDY, SIM_STUDY, ok_record, specs  # noqa: F401  (fixture)
 

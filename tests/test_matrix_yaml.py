@@ -6,7 +6,7 @@ import time
 import pytest
 import yaml
 
-from bench import matrix
+from bench.spec import matrix
 from tests.helpers import MATRIX_DIR, write_matrix
 
 STUDY = {"mode": "sim", "models": ["tiny-llama"], "gpus": ["l40s"], "techniques": ["lora"]}

@@ -1,5 +1,5 @@
 """A cell's timeline opens in PyTorch's memory visualizer: the replay of a real tracker trace,
-exported as a torch.cuda.memory._snapshot() dict (bench/replay.py), rendered by
+exported as a torch.cuda.memory._snapshot() dict (bench/estimate/replay.py), rendered by
 torch.cuda._memory_viz itself. In cuda mode the record carries the real allocator's snapshot
 and its max_memory_reserved beside the model's reserved peak.
 
@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 from torch.cuda import _memory_viz
 
-from bench import launch, matrix, replay
+from bench.estimate import replay
+from bench.runner import launch
+from bench.spec import matrix
 from bench.worker.sim import simulate
 from tests.helpers import write_matrix
 
@@ -39,7 +41,7 @@ def trace_file(tmp_path_factory):
 @pytest.mark.parametrize("conf", [None, "expandable_segments:True"])
 def test_snapshot_renders_with_torchs_memory_viz(trace_file, tmp_path, conf):
     snap_path = tmp_path / "snap.pickle"
-    cmd = [sys.executable, "-m", "bench.replay", str(trace_file), "--snapshot", str(snap_path)]
+    cmd = [sys.executable, "-m", "bench.estimate.replay", str(trace_file), "--snapshot", str(snap_path)]
     summary = subprocess.run(cmd + (["--alloc-conf", conf] if conf else []), check=True,
                              capture_output=True, text=True).stdout
     assert '"reserved_peak_bytes"' in summary

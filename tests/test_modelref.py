@@ -1,5 +1,5 @@
 """Any model: a name in matrix/models, a config.json path or folder, or a Hugging Face id in
-the local cache (offline), resolved by bench/modelref.py for the matrix and the command line;
+the local cache (offline), resolved by bench/spec/modelref.py for the matrix and the command line;
 transformers decides whether it reads the config; remote code only where the user opts in."""
 import json
 import re
@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from bench import matrix, modelref
+from bench.spec import matrix, modelref
 from tests.helpers import MATRIX_DIR, TINY_SHAPE
 
 TINY = json.loads((MATRIX_DIR / "models" / "tiny-llama.json").read_text())
@@ -141,7 +141,8 @@ def test_remote_code_is_refused_unless_the_user_opts_in(hf_cache, tmp_path, matr
 
 @pytest.mark.slow
 def test_a_trusted_remote_code_model_runs_on_the_cpu(hf_cache, tmp_path, matrix_file):
-    from bench import launch, record
+    from bench.records import record
+    from bench.runner import launch
     _hf_cache(hf_cache, "someone/tiny-remote", REMOTE_CONFIG, REMOTE_CODE)
     study = {"s": {"mode": "cpu", "models": ["someone/tiny-remote"], "gpus": ["cpu"], "techniques": ["lora"]}}
     cells = matrix.load(matrix_file(study, model_options={"tiny-remote": {"trust_remote_code": True}}))
@@ -192,7 +193,7 @@ def test_a_matrix_with_a_config_transformers_cannot_read_stops_at_load(matrix_fi
 
 
 def test_a_model_without_a_causal_lm_class_gives_skipped_cells(matrix_file, tmp_path):
-    from bench import launch
+    from bench.runner import launch
     t5 = tmp_path / "t5-small" / "config.json"
     t5.parent.mkdir()
     t5.write_text(json.dumps({"model_type": "t5", "d_model": 64, "num_layers": 2, "num_heads": 2, "vocab_size": 128}))
@@ -208,7 +209,7 @@ def test_an_architecture_fake_tensors_cannot_run_is_a_skipped_sim_record(matrix_
     loop over ``nonzero()`` has a data-dependent shape, which FakeTensorMode refuses; with its
     default grouped_mm experts it runs in bf16, and fp32 weights meet grouped_mm's bf16-only
     fake kernel."""
-    from bench import launch
+    from bench.runner import launch
     mixtral = json.loads((MATRIX_DIR / "models" / "mixtral-8x7b.json").read_text())
     small = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=256, max_position_embeddings=512)

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench import loadplan, matrix, record, speedmodel
+from bench.estimate import loadplan, speedmodel
+from bench.records import record
+from bench.spec import matrix
 from report import claims, table
 from tests.helpers import write_matrix
 

@@ -1,5 +1,5 @@
 """The corpus of published GPU memory measurements (matrix/published/corpus.yaml) and its
-loader, bench/published.py: the corpus loads, is broad enough (at least 40 rows from at least 8
+loader, bench/corpus/published.py: the corpus loads, is broad enough (at least 40 rows from at least 8
 independent sources), every row says where and when it was read, and a corrupted copy is
 refused with a message that names the row and the key.
 
@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from bench import published
+from bench.corpus import published
 
 GIB = 2**30
 

@@ -1,6 +1,6 @@
-"""The record contract (bench/record.py): every key present, statuses and provenance
+"""The record contract (bench/records/record.py): every key present, statuses and provenance
 consistent, a breakdown that sums to the peak, the knobs and capacities the report reads,
-the details keys the report reads, and atomic writes (bench/atomic.py)."""
+the details keys the report reads, and atomic writes (bench/records/atomic.py)."""
 import json
 import os
 import re
@@ -8,7 +8,8 @@ import re
 import pytest
 
 from tests.records import SPEED_COST, SPEED_ESTIMATE, loss_details
-from bench import atomic, matrix, record
+from bench.records import atomic, record
+from bench.spec import matrix
 from tests.helpers import REPO
 
 SIM_STUDY = {"mode": "sim", "models": ["tiny-llama"], "gpus": ["l40s", "h100-80gb"], "techniques": ["zero3+w4"]}
@@ -17,7 +18,7 @@ CPU_STUDY = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniqu
 
 @pytest.fixture
 def specs(matrix_file):
-    """Real cell specs from bench.matrix (the only maker of specs)."""
+    """Real cell specs from bench.spec.matrix (the only maker of specs)."""
     return matrix.load(matrix_file({"c": CPU_STUDY, "s": SIM_STUDY}))
 
 
@@ -178,10 +179,10 @@ def _umask() -> int:
 
 
 def test_one_atomic_writer():
-    """bench/atomic.py is the only place that renames a temp file over a result."""
+    """bench/records/atomic.py is the only place that renames a temp file over a result."""
     users = [p.relative_to(REPO).as_posix() for p in [*REPO.glob("bench/**/*.py"), *REPO.glob("report/*.py")]
              if "os.replace(" in p.read_text()]
-    assert users == ["bench/atomic.py"]
+    assert users == ["bench/records/atomic.py"]
     assert not hasattr(record, "write_atomic")
 
 

@@ -1,17 +1,19 @@
-"""One gate for records (bench/record.gate, issue 25): every reader (the fit CLI, the fits
+"""One gate for records (bench/records/record.gate, issue 25): every reader (the fit CLI, the fits
 search's reuse, the table, the comparison page) refuses a record that breaks the contract or
 was made from other inputs (digests, knobs, shape) than the spec it answers for."""
 import json
 
 import pytest
 
-from bench import cli, fits, record
+from bench import cli
+from bench.records import record
+from bench.search import fits
 from tests.test_record import SIM_STUDY, ok_record
 
 
 @pytest.fixture
 def sim_spec(matrix_file):
-    from bench import matrix
+    from bench.spec import matrix
     cells = matrix.load(matrix_file({"s": SIM_STUDY}))
     return cells["tiny-llama__sim__zero3+w4"]
 

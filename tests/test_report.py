@@ -12,7 +12,8 @@ import re
 import pandas as pd
 import pytest
 
-from bench import record, techniques
+from bench.records import record
+from bench.spec import techniques
 from report import GIB, build, compare, fmt, plots, sections, table
 from tests.records import (BASE, CAPACITY, EVIL, ROOT, SIM_GPUS, bench_json, contract_details, demo_records,  # noqa: F401
                            failed, made, ok, spec, write_cells)
@@ -286,7 +287,7 @@ def test_throughput_timed_beside_other_load_is_marked_and_not_toned():
 
 
 def test_cpu_timing_inside_the_repeat_run_noise_reads_within_noise():
-    """A cpu timing change smaller than the measured repeat-run spread (bench/noise.py, ±40%) is no
+    """A cpu timing change smaller than the measured repeat-run spread (bench/records/noise.py, ±40%) is no
     evidence either way: the summary and the effects tables say "within noise" and give it no tone."""
     from report import effects
     from tests.records import CLAIM_BASE, cpu

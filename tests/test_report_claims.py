@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from bench import techniques
+from bench.spec import techniques
 from report import GIB, claims, plot_pareto, plot_steps, recommend, table
 from tests.records import (ALL_OOM, BIG, CLAIM_BASE, RULE, M, N, ROOT, cpu, cpu_records, failed, made,  # noqa: F401
                            sim, sim_records, spec)

@@ -1,8 +1,8 @@
 """The report's memory timeline (report/plot_timeline.py, report/timeline.py) on records whose
-allocator_model comes from a real replay (bench/replay.py) of a hand-made growing trace."""
+allocator_model comes from a real replay (bench/estimate/replay.py) of a hand-made growing trace."""
 from __future__ import annotations
 
-from bench import replay
+from bench.estimate import replay
 from report import GIB, plot_timeline, table
 from report.timeline import timeline_section
 from tests.test_allocator import trace

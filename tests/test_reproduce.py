@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import reproduce, results
+from bench import reproduce
+from bench.records import results
 
 REPO = Path(__file__).resolve().parent.parent
 REF = REPO / "results" / "reference"
@@ -22,7 +23,7 @@ def test_rerun_of_a_sim_and_a_cpu_cell_reproduces_the_reference(tmp_path):
     lines = (out / "differences.txt").read_text().splitlines()
     assert lines[0].startswith(f"2 cells rerun into {out}"), proc.stdout + proc.stderr
     # Every byte must match. Throughput alone may leave the band on a machine shared with other
-    # work (the band is for a quiet machine, bench/noise.py): such lines are reported, with
+    # work (the band is for a quiet machine, bench/records/noise.py): such lines are reported, with
     # the load, and fail the command, but say nothing against the rerun's bytes.
     diffs = [ln for ln in lines[1:-1] if not ln.startswith("load average")]
     assert all(ln.startswith(f"{CPU}: ") and ln.split(": ")[1] in ("tokens_per_s", "step_s_median", "details.timed_s")

@@ -1,7 +1,7 @@
-"""Reading a results folder never crashes and names every file it cannot use (bench/results.py)."""
+"""Reading a results folder never crashes and names every file it cannot use (bench/records/results.py)."""
 import json
 
-from bench import results
+from bench.records import results
 from tests.versus_helpers import CELLS, edit, folder
 
 

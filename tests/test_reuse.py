@@ -1,11 +1,12 @@
-"""bench/reuse.py's one rule for stored records and searches, through ``ft-membench fit``'s own
+"""bench/records/reuse.py's one rule for stored records and searches, through ``ft-membench fit``'s own
 lookups: the same engine code is reused, other library versions are reused and named (and
 said up front), ``--resimulate`` simulates them again, other engine code never stands."""
 import csv
 import json
 import shutil
 
-from bench import cli, reuse
+from bench import cli
+from bench.records import reuse
 from tests.helpers import REPO
 
 CELL = "qwen2.5-7b__sim__lora+gc+bf16"

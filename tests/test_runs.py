@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
-from bench import atomic, record
+from bench.records import atomic, record
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow

@@ -22,10 +22,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench import launch, matrix, peer_fitcheck, peer_rules, published, verdicts
-from bench import techniques as tech
-from bench import published_matrix as pm
-from bench import scoreboard as sb
+from bench.corpus import peer_fitcheck, peer_rules, published
+from bench.estimate import verdicts
+from bench.runner import launch
+from bench.spec import matrix
+from bench.spec import techniques as tech
+from bench.corpus import published_matrix as pm
+from bench.corpus import scoreboard as sb
 
 GIB = 2**30
 ROWS = published.load()
@@ -244,7 +247,7 @@ def test_rules_on_the_scoreboard_need_no_record():
 
 def test_committed_matrix_equals_a_fresh_generation():
     assert pm.DEFAULT_OUT.read_text() == pm.render(ROWS), \
-        "matrix/published.yaml is stale: python -m bench.published_matrix --out matrix/published.yaml"
+        "matrix/published.yaml is stale: python -m bench.corpus.published_matrix --out matrix/published.yaml"
     assert pm.main(["--check", str(pm.DEFAULT_OUT)]) == 0
 
 

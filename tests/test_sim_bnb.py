@@ -8,7 +8,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 import bitsandbytes as bnb  # noqa: F401 - imported before any fake mode (its constants stay real)
 from bench.worker import dist, models, optimizers
 from bench.worker.sim import fakestep
-from bench import matrix
+from bench.spec import matrix
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +71,7 @@ def test_paged_states_are_unified_memory_outside_the_allocator_replay(name, stat
     """bitsandbytes pages a state buffer of 1e5 or more elements (cudaMallocManaged): the trace
     names those allocations and the replay keeps them apart; the small layer's states are
     ordinary torch tensors."""
-    from bench import replay
+    from bench.estimate import replay
 
     tracker = fakestep.sim_tracker(cuda_model=True)
     knobs = {"optimizer": name, "adapter": None}

@@ -3,7 +3,9 @@ say what a CUDA device would allocate, a verdict per GPU, FLOPs, peers, and the 
 nothing was allocated (the worker's host RSS), for a 7B and a 70B model."""
 import pytest
 
-from bench import launch, matrix, record
+from bench.records import record
+from bench.runner import launch
+from bench.spec import matrix
 
 pytestmark = pytest.mark.slow
 GiB = 2**30

@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from bench import launch, matrix
+from bench.runner import launch
+from bench.spec import matrix
 
 pytestmark = pytest.mark.slow
 TECHNIQUES = ["zero1+bf16", "zero2+bf16", "zero2+bf16+w2", "zero3+bf16", "zero2+amp-bf16", "lora+zero2+bf16"]

@@ -8,7 +8,8 @@ import pytest
 import bitsandbytes  # noqa: F401  (their constants real, as a sim run imports them first)
 import peft  # noqa: F401
 
-from bench import identical, matrix
+from bench.records import identical
+from bench.spec import matrix
 from bench.worker.sim import layers, simulate
 
 SIX = ["lora+gc+bf16", "qlora+gc", "baseline", "gc+bf16", "adamw8bit+gc+bf16", "opt-in-bwd+bf16"]

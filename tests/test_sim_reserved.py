@@ -7,7 +7,9 @@ from itertools import pairwise
 
 import pytest
 
-from bench import launch, matrix, record
+from bench.records import record
+from bench.runner import launch
+from bench.spec import matrix
 
 pytestmark = pytest.mark.slow
 GPUS = ["h100-80gb", "a100-40gb", "rtx-4090"]

@@ -4,7 +4,7 @@ import pytest
 
 from bench.worker import cuda_alloc
 from bench.worker.sim import sharding
-from bench import verdicts
+from bench.estimate import verdicts
 
 MiB, GiB = 2**20, 2**30
 

@@ -1,4 +1,4 @@
-"""The workflow's warm sim engine (bench/simengine.py): a sim cell that Snakemake runs through
+"""The workflow's warm sim engine (bench/runner/simengine.py): a sim cell that Snakemake runs through
 it has the record of the same cell run alone in a fresh process, and the engine ends with
 the run, whether the run ends or Snakemake is killed."""
 import json
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import identical, launch, matrix, simengine
+from bench.records import identical
+from bench.runner import launch, simengine
+from bench.spec import matrix
 from tests.helpers import REPO
 from tests.test_lifeline import procs_with, wait_for
 
@@ -37,7 +39,7 @@ def snakemake(work: Path, matrix_path: Path, *extra: str) -> list[str]:
 
 def engines(marker: str) -> list[int]:
     return [p for p in procs_with(marker) if Path(f"/proc/{p}").exists()
-            and b"bench.simengine" in Path(f"/proc/{p}/cmdline").read_bytes()]
+            and b"bench.runner.simengine" in Path(f"/proc/{p}/cmdline").read_bytes()]
 
 
 def test_workflow_sim_cell_from_the_engine_is_the_fresh_process_record(tmp_path, matrix_file, short_tmpdir):
@@ -93,8 +95,8 @@ def test_an_engine_of_other_code_or_libraries_refuses_and_the_cell_runs_fresh(tm
 def test_a_search_through_the_engine_has_the_answers_of_its_own_pool(tmp_path):
     """bench.fits inside a workflow run: the engine's samples (with their traces) give the rows a
     search with its own warm servers gives."""
-    from bench import fits
-    from bench.simpool import SimPool
+    from bench.search import fits
+    from bench.search.simpool import SimPool
     from tests.test_fits import tiny_spec
     spec = tiny_spec()
     with SimPool() as pool:

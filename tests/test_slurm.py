@@ -1,4 +1,4 @@
-"""Each cell's job asks for its GPUs: bench/resources.py, and a dry run with the SLURM profile.
+"""Each cell's job asks for its GPUs: bench/runner/resources.py, and a dry run with the SLURM profile.
 
     pytest tests/test_slurm.py -q
 
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import matrix, resources
+from bench.runner import resources
+from bench.spec import matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_SLURM_PLUGIN = importlib.util.find_spec("snakemake_executor_plugin_slurm") is not None

@@ -3,7 +3,7 @@ table (README "optimization flags": full fine-tune, batch 2 x 4096 packed, one A
 per GPU; each flag added to those above). The study is ``sim-torchtune-3b``; its cells carry
 the published row (``details.published.tokens_per_s``).
 
-One efficiency factor for the A100's class (bench/speedmodel.py ``EFFICIENCY``), fitted on the
+One efficiency factor for the A100's class (bench/estimate/speedmodel.py ``EFFICIENCY``), fitted on the
 matched rows together (never per row): this test refits it and fails if the stored constant
 drifts from its fit. Each row's published and modelled tokens/s and the signed error
 (modelled / published - 1) are printed (``pytest -s``); every matched row must be within 25%.
@@ -12,7 +12,8 @@ drifts from its fit. Each row's published and modelled tokens/s and the signed e
 """
 import pytest
 
-from bench import matrix, speedmodel
+from bench.estimate import speedmodel
+from bench.spec import matrix
 
 pytestmark = pytest.mark.slow
 STUDY, GPU = "sim-torchtune-3b", "a100-80gb"

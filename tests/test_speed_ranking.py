@@ -4,7 +4,7 @@ norms and LM head in fp32), so on an H200 it must not come out fastest, though t
 calls the two equal. Both cells of ``sim-7b-8b`` are simulated."""
 import pytest
 
-from bench import matrix
+from bench.spec import matrix
 
 pytestmark = pytest.mark.slow
 MODEL, GPU = "llama-3.1-8b", "h200"

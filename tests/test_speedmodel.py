@@ -1,8 +1,9 @@
-"""The speed model's terms (bench/speedmodel.py), on step costs written out here in the shape
+"""The speed model's terms (bench/estimate/speedmodel.py), on step costs written out here in the shape
 bench/worker/sim/stepcost.py records, against the real GPU profiles of matrix/gpus.yaml."""
 import pytest
 
-from bench import matrix, speedmodel
+from bench.estimate import speedmodel
+from bench.spec import matrix
 
 T = 8192  # tokens per step
 
@@ -12,7 +13,7 @@ def gpus():
     import yaml
 
     from pathlib import Path
-    return yaml.safe_load((Path(matrix.__file__).parent.parent / "matrix" / "gpus.yaml").read_text())
+    return yaml.safe_load((Path(matrix.__file__).parents[2] / "matrix" / "gpus.yaml").read_text())
 
 
 def cost(dtype="bfloat16", flops=1e14, nbytes=2e10, nf4=0, recompute=0.0, comm=0, world=1, **extra):

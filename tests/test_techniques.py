@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bench.worker import data
-from bench import matrix, techniques as tech
+from bench.spec import matrix, techniques as tech
 from bench.worker.memtrack import MemTracker
 
 STUDY = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"]}
@@ -74,7 +74,7 @@ def test_combinations_that_work_are_not_refused(combo):
 
 @pytest.mark.parametrize("mode", ["cpu", "cuda", "sim"])
 def test_expandable_segments_run_in_every_mode(mode):
-    # cpu and sim: the allocator model's reserved memory is what it changes (bench/allocator.py)
+    # cpu and sim: the allocator model's reserved memory is what it changes (bench/estimate/allocator.py)
     assert tech.skip_reason(["expandable-segments"], tech.knobs(["expandable-segments"]), mode) == ""
 
 
@@ -101,7 +101,8 @@ def test_what_runs_in_cpu_or_cuda_mode_also_runs_in_sim(combo):
 
 def test_skips_are_decided_when_the_matrix_loads_and_no_worker_starts(matrix_file, tmp_path):
     """One decision, in the spec; the launcher honours it without starting a process."""
-    from bench import launch, matrix
+    from bench.runner import launch
+    from bench.spec import matrix
     study = {"mode": "sim", "models": ["qwen2.5-7b"], "gpus": ["rtx-4090"], "techniques": ["adafactor", "lora"]}
     cells = matrix.load(matrix_file({"s": study}))
     assert "Adafactor" in cells["qwen2.5-7b__sim__adafactor"]["skip_reason"]
@@ -219,6 +220,6 @@ def test_qlora_keeps_its_optimizer_unless_one_is_named(combo, optimizer):
 
 
 def test_a_default_does_not_change_the_digest_of_techniques_without_one():
-    from bench import inputs
+    from bench.spec import inputs
     assert "defaults" not in inputs.technique_entry(tech.lookup("lora"))
     assert inputs.technique_entry(tech.lookup("qlora"))["defaults"] == {"optimizer": "paged-adamw8bit"}

@@ -8,7 +8,8 @@ All cells run once per session, two workers at a time (2 cores), in a module fix
 
 import pytest
 
-from bench import launch, matrix
+from bench.runner import launch
+from bench.spec import matrix
 from tests.helpers import d, ok, run_cells
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ import subprocess
 import sys
 import time
 
-from bench import ranks
+from bench.runner import ranks
 from bench.worker import cpuload
 
 BURN = "import time\nt = time.time() + 20\nwhile time.time() < t: pass"

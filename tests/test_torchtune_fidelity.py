@@ -13,7 +13,7 @@ matched must be within 10%. The others are printed with the reason they cannot b
 """
 import pytest
 
-from bench import matrix
+from bench.spec import matrix
 
 pytestmark = pytest.mark.slow
 STUDY = "sim-torchtune-3b"

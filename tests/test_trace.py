@@ -3,7 +3,7 @@ with its op, phase, step and the category resolved at the end; bounded, with wha
 dropped counted. Real tensors under the real tracker."""
 import torch
 
-from bench import replay
+from bench.estimate import replay
 from bench.worker import memtrack
 
 

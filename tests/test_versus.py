@@ -141,7 +141,8 @@ def test_snakemake_versus_rule(tmp_path):
 
 
 def test_rerun_and_comparison_modules_stay_torch_free():
-    code = ("import sys, bench.reproduce, bench.identical, bench.results, bench.noise, bench.lock, report.versus; "
+    code = ("import sys, bench.reproduce, bench.records.identical, bench.records.results, bench.records.noise, "
+            "bench.records.lock, report.versus; "
             "print([m for m in ('torch', 'transformers') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"

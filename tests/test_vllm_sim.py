@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from bench import matrix, workloads
+from bench.spec import matrix, workloads
 from bench.worker import inference
 
 SHAPE = {"batch_size": 1, "seq_len": 64, "steps": 1, "warmup_steps": 1, "timeout_s": 300}
@@ -44,7 +44,7 @@ def test_a_card_another_process_fills_is_an_oom_verdict_with_vllms_message(matri
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 def test_a_cuda_vllm_cell_without_the_extra_is_a_skipped_record(matrix_file):
-    from bench import launch
+    from bench.runner import launch
     cells = matrix.load(matrix_file({"s": {"mode": "cuda", "models": ["tiny-llama"], "gpus": ["l40s"],
                                            "techniques": ["vllm"], **SHAPE}}))
     rec = launch.run_cell(cells["tiny-llama__l40s__vllm"])
@@ -55,7 +55,7 @@ def test_a_cuda_vllm_cell_without_the_extra_is_a_skipped_record(matrix_file):
 def test_vllm_starts_for_real_on_a_cuda_gpu(matrix_file):
     if importlib.util.find_spec("vllm") is None:
         pytest.skip('needs the [vllm] extra: pip install -e ".[vllm]"')
-    from bench import launch
+    from bench.runner import launch
     cells = matrix.load(matrix_file({"s": {"mode": "cuda", "models": ["qwen2.5-0.5b"], "gpus": ["h100-80gb"],
                                            "techniques": ["vllm+util0.5+len4096"], **SHAPE}}))
     rec = launch.run_cell(cells["qwen2.5-0.5b__h100-80gb__vllm+util0.5+len4096"])

@@ -4,10 +4,10 @@
     write(rec, out_path)               # the trace beside the record: RECORD.json.trace.json.gz
 
 The trace is the tracker's (bench/worker/memtrack.py); the model and the replay are torch-free
-(bench/allocator.py, bench/replay.py). ``allocator_model`` holds the replay without a capacity
+(bench/estimate/allocator.py, bench/estimate/replay.py). ``allocator_model`` holds the replay without a capacity
 (reserved and allocated peaks, fragmentation at the allocated peak, segment allocations,
 per-step peaks, a timeline of TIMELINE_POINTS samples) and, per GPU of ``gpus``, the first
-allocation that fails under that GPU's memory minus the context reserve (bench/verdicts.py).
+allocation that fails under that GPU's memory minus the context reserve (bench/estimate/verdicts.py).
 In cuda mode the real allocator history is recorded too (``cuda_history``) and its snapshot
 written beside the record as RECORD.json.snapshot.pickle, as torch.cuda.memory._dump_snapshot
 writes it.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pickle
 
-from bench import replay, verdicts
+from bench.estimate import replay, verdicts
 
 TRACE_SUFFIX = ".trace.json.gz"
 SNAPSHOT_SUFFIX = ".snapshot.pickle"

@@ -10,7 +10,7 @@ busy with beyond this process is other load:
 
 A cell is ``contended`` when ``other_cores`` exceeds ``CONTENDED_CORES``; its record says so
 (``details.timing_load``), and the report marks its throughput. Multi-rank cells subtract
-their own ranks (bench/ranks.py). Where /proc/stat cannot be read, the load is None (unknown),
+their own ranks (bench/runner/ranks.py). Where /proc/stat cannot be read, the load is None (unknown),
 never 0.
 """
 from __future__ import annotations

@@ -17,7 +17,7 @@ size. That depends on the order of frees and on which cached blocks exist, i.e. 
 allocator's history, not on the step. Segments (2 MiB for small requests, 20 MiB for 1-10 MiB
 requests, 2 MiB multiples above) are *reserved* memory: ``max_memory_reserved``, not
 ``max_memory_allocated``. Both, splitting and segments, are what the allocator model replays
-from the cell's trace (bench/allocator.py); the verdicts come from its reserved memory.
+from the cell's trace (bench/estimate/allocator.py); the verdicts come from its reserved memory.
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@
 - padding-growing: padded batches whose longest sample grows step by step to ``seq_len``
   (step k of n is ceil(seq_len * k / n) wide), as a length-sorted sampler or a curriculum
   serves them: each step is longer than the last, the case where the CUDA allocator's
-  reserved memory climbs in stairs (bench/allocator.py).
+  reserved memory climbs in stairs (bench/estimate/allocator.py).
 - packing: the same samples concatenated into full rows of ``seq_len``: no pad tokens.
 
 Each batch is a dict of input_ids, labels, attention_mask plus ``real_tokens`` (tokens that

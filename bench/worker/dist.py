@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from bench import net
+from bench.runner import net
 
 
 def ensure_rank_env() -> None:

@@ -14,7 +14,7 @@ sim: a fake tensor of the right shape), the new token appended to the ids, the n
 on that token alone. tests/test_generate.py checks on cpu that it counts the same bytes as
 ``model.generate``.
 
-Categories (bench/record.py): ``parameters`` (weights), ``kv_cache`` (the cache's K/V
+Categories (bench/records/record.py): ``parameters`` (weights), ``kv_cache`` (the cache's K/V
 tensors, marked after every forward), ``activations`` (born inside a forward),
 ``temporaries`` (born between forwards: logits copies, argmax, the growing ids), ``other``
 (the prompt). Prefill's peak and decode's peak are each forward's own peak (the tracker's
@@ -30,7 +30,7 @@ import torch
 from bench.worker import cpuload, models, train
 from bench.worker.memtrack import MemTracker
 from bench.worker.progress import say
-from bench.workloads import DEFAULT_NEW_TOKENS, kv_bytes_per_token
+from bench.spec.workloads import DEFAULT_NEW_TOKENS, kv_bytes_per_token
 
 
 class InferenceTracker(MemTracker):

@@ -8,7 +8,7 @@ for a cell whose ``workload`` knob is ``generate`` or ``vllm``.
 """
 from __future__ import annotations
 
-from bench import verdicts
+from bench.estimate import verdicts
 
 
 def run(spec: dict) -> dict:

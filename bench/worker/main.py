@@ -2,20 +2,20 @@
 
     python -m bench.worker SPEC.json RECORD.json
 
-SPEC.json is one cell spec from bench.matrix. The JSON files the cell is built from (model
+SPEC.json is one cell spec from bench.spec.matrix. The JSON files the cell is built from (model
 config, DeepSpeed config) are read once into a private folder and digested there
-(bench/inputs.pin): a digest that is not the spec's ``inputs_sha256`` is an ``error`` record,
+(bench/spec/inputs.pin): a digest that is not the spec's ``inputs_sha256`` is an ``error`` record,
 and ``details.inputs_read_sha256`` says what was read. RECORD.json receives the run record
-(bench/record.py), written atomically; the same JSON is the last line of stdout. Failures
+(bench/records/record.py), written atomically; the same JSON is the last line of stdout. Failures
 inside the step are data: an out-of-memory error gives status ``oom``, any other exception
 ``error`` with its last line. The worker exits 0 whenever it wrote a record.
 
 Environment set here, before torch starts: PYTORCH_CUDA_ALLOC_CONF (expandable-segments),
 and the rank variables for a single-process DeepSpeed/FSDP run.
 
-Under torchrun (a cell with world size N > 1, started by bench/launch.py) each rank runs
+Under torchrun (a cell with world size N > 1, started by bench/runner/launch.py) each rank runs
 this same code on its own micro-batches and writes ``RECORD.json.rank<k>`` (and its pid
-beside it) instead; the launcher merges them (bench/ranks.py). A rank whose record is not
+beside it) instead; the launcher merges them (bench/runner/ranks.py). A rank whose record is not
 ``ok`` exits 1 so that torchrun stops the others, which would otherwise wait in a
 collective for ever.
 """
@@ -31,7 +31,10 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import atomic, inputs, lifeline, ranks, record, verdicts
+from bench.estimate import verdicts
+from bench.records import atomic, record
+from bench.runner import lifeline, ranks
+from bench.spec import inputs
 from bench.worker import alloctrace
 from bench.worker.progress import say
 
@@ -129,7 +132,7 @@ def run(spec: dict) -> dict:
     a CUDA device present."""
     if ranks.multirank(spec) and os.environ.get("WORLD_SIZE") != str(spec["world_size"]):
         raise RuntimeError(f"world size {spec['world_size']} needs that many ranks: run the cell through "
-                           "bench.launch (torchrun), not the worker alone")
+                           "bench.runner.launch (torchrun), not the worker alone")
     if spec["knobs"]["attn"] == "fa2":
         import importlib.util
         if importlib.util.find_spec("flash_attn") is None:

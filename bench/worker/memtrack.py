@@ -40,7 +40,7 @@ tensors) and its category (resolved when the trace is taken). Kernel scratch
 (``transient``) is an allocation freed at once; an in-place resize is a free and a new
 allocation under the same serial. Bounded: the first ``MAX_TRACE_EVENTS`` events are kept,
 later ones are dropped and counted (``dropped_events``), so a replay of a truncated trace
-covers its beginning only (bench/replay.py says so in the record). Frees that follow one
+covers its beginning only (bench/estimate/replay.py says so in the record). Frees that follow one
 another with no allocation between them (in one step and phase) are written in allocation
 order (``canonical_frees``): their order changes no peak and leaves the allocator in the same
 state, but it is not the process's to choose reproducibly: autocast's cast-weight cache, for
@@ -56,7 +56,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from bench.record import CATEGORIES, PHASES
+from bench.records.record import CATEGORIES, PHASES
 
 
 class OutOfBudget(torch.OutOfMemoryError if hasattr(torch, "OutOfMemoryError") else RuntimeError):
@@ -288,7 +288,7 @@ class MemTracker(TorchDispatchMode):
 
     def label(self, tensor, op_name: str) -> None:
         """Name the op that allocated ``tensor`` in the trace (its allocation event must be among
-        the latest): bench/replay.py reads UNIFIED_OP as memory outside the caching allocator."""
+        the latest): bench/estimate/replay.py reads UNIFIED_OP as memory outside the caching allocator."""
         serial = self.track(tensor)
         op = self.ops.setdefault(op_name, len(self.ops))
         for i in range(len(self.events) - 1, max(-1, len(self.events) - 64), -1):
@@ -387,7 +387,7 @@ class MemTracker(TorchDispatchMode):
         return {k: v for k, v in out.items() if v}
 
     def trace(self, alloc_conf: str | None = None) -> dict:
-        """The allocation trace as bench/replay.py reads it (columns; categories resolved now)."""
+        """The allocation trace as bench/estimate/replay.py reads it (columns; categories resolved now)."""
         cats = {c: i for i, c in enumerate(CATEGORIES)}
         cols = {k: [] for k in ("kind", "serial", "bytes", "step", "phase", "op", "category")}
         kind, serial, nbytes, step, phase, op, category = cols.values()

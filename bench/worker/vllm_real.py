@@ -3,7 +3,7 @@
 Needs the optional extra (``pip install -e ".[vllm]"``) and a CUDA GPU; without either the
 cell is a ``skipped`` record saying so. No hub access: the model is the cell's config with
 random weights, saved locally (bench/worker/models.checkpoint_dir) and loaded by vLLM in
-bf16. The engine's start-up errors about memory (bench/workloads.py quotes them) make an
+bf16. The engine's start-up errors about memory (bench/spec/workloads.py quotes them) make an
 ``oom`` record with vLLM's own message; what it planned comes from the engine's config
 (``num_gpu_blocks``) and torch's/NVML's view of the card.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from bench import workloads
+from bench.spec import workloads
 
 MEMORY_ERRORS = ("Free memory on device", "No available memory for the cache blocks",
                  "KV cache is needed, which is larger than", "out of memory")
@@ -59,7 +59,7 @@ def run(spec: dict) -> dict:
             "max_concurrent_sequences": round(blocks * cache.block_size / max_len, 2),
             "card_used_by_engine_bytes": used, "free_before_bytes": free0, "total_bytes": total,
             "gpu_memory_utilization": util, "max_model_len": max_len}
-    from bench import record
+    from bench.records import record
     from bench.worker import train
     return {"peak_bytes": used, "breakdown_bytes": {**dict.fromkeys(record.CATEGORIES, 0), "other": used},
             "phase_peak_bytes": None, "step_s_median": wall / new, "tokens_per_s": batch * new / wall,

@@ -22,7 +22,7 @@ by default the CPU kernels' choices would be simulated. Two differ from CUDA in 
      CUDA does and held until backward.
    - math (head dim > 256, or a dtype the fused kernels lack) materialises B x H x L x L.
    Not modelled: T4 (sm75) has no flash kernel and no bf16 memory-efficient kernel, so bf16
-   attention there falls back to math; verdicts for T4 on bf16 cells say so (bench/verdicts.py).
+   attention there falls back to math; verdicts for T4 on bf16 cells say so (bench/estimate/verdicts.py).
    Autocast: CUDA autocast casts SDPA's inputs to the autocast dtype; the routing does the same
    cast, since the CPU autocast key does not cover the CUDA op.
    The CUDA flash op is also what ``torch.utils.flop_counter`` counts; the CPU one it does not.

@@ -50,11 +50,11 @@ from transformers import masking_utils
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils.flop_counter import flop_registry
 
-from bench import replay
+from bench.estimate import replay
 from bench.worker import cuda_alloc, models, optimizers
 from bench.worker.sim import cuda_kernels, fastkey, fusion, stepcost
 from bench.worker.memtrack import MemTracker
-from bench.techniques import BNB_OPTIMIZERS
+from bench.spec.techniques import BNB_OPTIMIZERS
 
 _SWAP_TENSORS = torch.utils.swap_tensors
 _IGNORE_CAUSAL_MASK = masking_utils._ignore_causal_mask_sdpa
@@ -132,7 +132,7 @@ class FakeRun:
         """bitsandbytes' ``get_state_buffer`` as on a GPU: a paged optimizer's state of 1e5 or
         more elements is allocated by ``get_paged`` in CUDA unified memory (its cpu fallback
         allocates the same bytes in place); the trace names that allocation so, and the
-        allocator replay keeps it outside the caching allocator (bench/replay.py UNIFIED_OP)."""
+        allocator replay keeps it outside the caching allocator (bench/estimate/replay.py UNIFIED_OP)."""
         tracker = self.tracker
 
         def paged(opt, p, dtype=torch.float32):

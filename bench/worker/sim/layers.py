@@ -40,8 +40,8 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from bench import lifeline
-from bench.record import PHASES
+from bench.runner import lifeline
+from bench.records.record import PHASES
 from bench.worker.progress import say
 
 BASE = 2            # layers of the smallest simulation: (k, k + 1) extend, k + 2 checks
@@ -211,7 +211,7 @@ def cost_state(cost) -> dict:
 
 
 # -- the extension -------------------------------------------------------------------------
-EXCLUDED = ("load_host_peak_rss_bytes", "host_peak_rss_bytes")  # the worker's RSS: context (bench/identical.py)
+EXCLUDED = ("load_host_peak_rss_bytes", "host_peak_rss_bytes")  # the worker's RSS: context (bench/records/identical.py)
 
 
 def extend(spec: dict, parts: list[dict], more: int, cuda_model: bool):

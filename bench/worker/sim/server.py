@@ -1,6 +1,6 @@
 """A warm sim worker: imports once, runs each cell in a fresh fork of itself.
 
-    python -m bench.worker.sim.server          # started by bench/simpool.py, never by hand
+    python -m bench.worker.sim.server          # started by bench/search/simpool.py, never by hand
 
 A fresh sim worker spends about 5 s importing torch, transformers, peft, bitsandbytes and
 DeepSpeed before its first fake op. This process pays that once, then reads one request per
@@ -9,13 +9,13 @@ child that runs exactly what ``python -m bench.worker SPEC.json RECORD.json`` ru
 (``bench.worker.main.main``), with stdout and stderr to LOG. The parent never runs a step, so
 every child starts from the same state: the imports, nothing else (no model, no fake-tensor
 cache entries, no tracker). A child's record is the record of that cell run alone in a fresh
-process, to the byte outside the fields bench/identical.py excludes (tests/test_fits.py
+process, to the byte outside the fields bench/records/identical.py excludes (tests/test_fits.py
 ``test_warm_worker_record_is_the_fresh_process_record``).
 
 Replies, one JSON line each on stdout: ``{"ready": pid}`` once imported, then per request
 ``{"pid": child}`` when it starts and ``{"exit": code}`` when it ends (a negative code: killed
 by that signal). Only sim cells come here: cpu and cuda cells keep their own fresh process
-(bench/launch.py). The server dies with its parent (bench/lifeline.py) and its children with it.
+(bench/runner/launch.py). The server dies with its parent (bench/runner/lifeline.py) and its children with it.
 """
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def _child(req: dict) -> int:
 
 
 def serve(inp) -> None:
-    from bench import lifeline
+    from bench.runner import lifeline
     lifeline.die_with_parent()
     out = os.fdopen(os.dup(1), "w")  # replies only: what libraries print goes to stderr
     os.dup2(2, 1)

@@ -47,7 +47,7 @@ fragmentation of flat buffers and their alignment padding.
 """
 from __future__ import annotations
 
-from bench.record import CATEGORIES, PHASES
+from bench.records.record import CATEGORIES, PHASES
 
 PARTITIONED = {
     "zero1": ("optimizer",),

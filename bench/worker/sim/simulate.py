@@ -22,7 +22,7 @@ The record (provenance "simulated"):
   through the CUDA caching-allocator model (bench/worker/alloctrace.py); the trace itself is
   written beside the record.
 - ``verdicts`` {gpu: fits|tight|oom} for every GPU of the study, from one simulation, by the
-  modelled reserved memory (bench/verdicts.py); ``details.verdict_rule``,
+  modelled reserved memory (bench/estimate/verdicts.py); ``details.verdict_rule``,
   ``details.verdict_reserve_bytes``, ``details.verdict_notes``. For ZeRO/FSDP cells the
   reserved peak per rank is estimated (partitioned peak + the replay's fragmentation).
 - ``details.peers``: DeepSpeed's and accelerate's estimates beside ours (bench/worker/sim/peers.py).
@@ -30,7 +30,7 @@ The record (provenance "simulated"):
 - ``details.step_cost``: what the step costs a GPU (FLOPs per dtype, bytes moved, NF4
   dequantization, recomputation, communication; bench/worker/sim/stepcost.py), and
   ``details.speed_model`` {gpu: estimate}: the step time it models on each GPU of the study
-  (bench/speedmodel.py; provenance "modelled", never a measurement).
+  (bench/estimate/speedmodel.py; provenance "modelled", never a measurement).
 
 Known differences from a real CUDA run, kept small and stated rather than patched over:
 torch's AdamW keeps its 4-byte ``step`` counters on the host unless capturable/fused (sim
@@ -40,13 +40,13 @@ their state with cudaMallocManaged, outside torch's allocator: sim counts it in 
 it apart (``allocator_model.unified_peak_bytes``; ``details.paging`` per GPU: what stays
 resident, what the driver pages to host memory); the CUDA context is the verdict's reserve; T4 (no bf16 kernels)
 is flagged in ``details.verdict_notes``.
-Cells sim cannot run are skipped records, decided when the matrix loads (bench/techniques.py).
+Cells sim cannot run are skipped records, decided when the matrix loads (bench/spec/techniques.py).
 """
 from __future__ import annotations
 
 from bench.worker.sim import fakestep, peers, sharding
 from bench.worker import alloctrace, optimizers, train
-from bench import speedmodel, verdicts
+from bench.estimate import speedmodel, verdicts
 
 CUDA_MODEL = ("CUDA caching-allocator rounding (512-byte blocks), CUDA attention kernels "
               "(flash / memory-efficient footprint), CUDA kernel workspaces (flash backward, bnb gemm_4bit)")
@@ -119,7 +119,7 @@ def measure(spec: dict, cuda_model: bool = True) -> Measured:
 
 def run(spec: dict, cuda_model: bool = True) -> dict:
     """Record fields for a sim cell (see the module docstring). What sim cannot run was
-    decided when the matrix loaded (bench/techniques.py ``skip_reason``). A decoder of many
+    decided when the matrix loaded (bench/spec/techniques.py ``skip_reason``). A decoder of many
     identical layers is simulated with fewer and extended where that is verified exact
     (bench/worker/sim/layers.py); anything else, and any extension that does not verify,
     runs the full step."""
@@ -206,11 +206,11 @@ ENGINE_PLACEMENT = {"zero3": "zero-init", "zero3-offload": "zero-init", "fsdp": 
 
 
 def multi_process_load(model, spec: dict, replayed: dict, profiles: dict, units: list, out: dict) -> dict:
-    """The load phase of a ZeRO/FSDP cell per rank (bench/loadplan.py): every placement's bytes
+    """The load phase of a ZeRO/FSDP cell per rank (bench/estimate/loadplan.py): every placement's bytes
     and verdicts at the cell's world size, and the one the cell's engine uses as launched by
     accelerate and the HF Trainer (``ENGINE_PLACEMENT``: zero.Init for ZeRO-3, CPU-RAM-efficient
     loading for FSDP; ZeRO-1/2 keep the whole model on every rank anyway)."""
-    from bench import loadplan
+    from bench.estimate import loadplan
     weights = sum(pb for pb, _ in units)
     largest = max((p.numel() * p.element_size() for p in model.parameters()), default=0)
     unit = max((pb for pb, _ in units[1:-1]), default=0)  # one decoder layer

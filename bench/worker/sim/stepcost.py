@@ -1,6 +1,6 @@
 """What the measured sim step costs a GPU, counted op by op: ``details.step_cost``.
 
-bench/speedmodel.py turns it into a time per GPU profile (the roofline below, at the profile's
+bench/estimate/speedmodel.py turns it into a time per GPU profile (the roofline below, at the profile's
 peaks); this module only counts, during the first step after warm-up, as FakeRun's op hook:
 
 - ``flops_by_dtype``: torch.utils.flop_counter's formulas (fakestep.count_flops), keyed by the

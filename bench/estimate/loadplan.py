@@ -1,0 +1,75 @@
+"""Loading a model in N processes: where each rank's copy of the weights lands, and whether
+the load itself fits. Torch-free, analytic (provenance "modelled").
+
+    placements(weights, largest, unit, n, profiles) -> {placement: {per-GPU bytes, host bytes, verdicts}}
+
+A multi-GPU fine-tune can run out of memory before its first step, while it loads. How much
+each GPU holds then depends on how the libraries place the weights, not on the step:
+
+- ``full-per-rank``: every rank runs ``from_pretrained`` onto its own GPU and the engine
+  partitions afterwards (DeepSpeed ZeRO-3 without ``zero.Init``: transformers only partitions
+  on load when ``is_deepspeed_zero3_enabled()`` is true before the model is built). Each GPU
+  holds the whole model in its load dtype; each process also reads it through host memory.
+- ``zero-init``: DeepSpeed's ``zero.Init`` (transformers' HfDeepSpeedConfig / accelerate's
+  ``zero3_init_flag``): each parameter is partitioned as it is created, and loading gathers one
+  parameter at a time to copy its values in. Each GPU holds 1/N of the weights plus the largest
+  parameter gathered whole.
+- ``fsdp-meta``: FSDP with ``cpu_ram_efficient_loading`` (accelerate, TRL, PEFT's FSDP guide):
+  rank 0 loads on the host, the others build on the meta device, and ``sync_module_states``
+  broadcasts unit by unit while sharding. Each GPU holds 1/N of the weights plus one unit
+  (a decoder layer) unsharded; only rank 0 holds the model in host memory.
+- ``same-device``: the pitfall of processes that never set their device (``device_map="auto"``
+  or ``"cuda"`` under torchrun, no ``LOCAL_RANK`` handling): every rank places its whole copy
+  on GPU 0, beside N CUDA contexts.
+
+The per-GPU figure is the weights a GPU holds at the load's peak plus, for ``same-device``,
+the other ranks' CUDA contexts; the caller's GPU capacity already leaves one context aside
+(bench/estimate/verdicts.py RESERVE_BYTES). Not modelled: the allocator's fragmentation during the load
+(each tensor is one block), NCCL's buffers, host memory beyond the weights.
+"""
+from __future__ import annotations
+
+from bench.estimate import verdicts
+
+PROVENANCE = "modelled"
+PLACEMENTS = {
+    "full-per-rank": "every rank loads the whole model onto its own GPU, partitioned afterwards "
+                     "(ZeRO-3 without zero.Init)",
+    "zero-init": "DeepSpeed zero.Init: partitioned as created, one parameter gathered at a time to load it",
+    "fsdp-meta": "FSDP cpu_ram_efficient_loading: rank 0 loads on the host, the others on meta, "
+                 "broadcast and sharded unit by unit",
+    "same-device": "every rank's whole copy on GPU 0 (processes that never set their device)",
+}
+
+
+def per_gpu_bytes(placement: str, weights: int, largest: int, unit: int, n: int) -> tuple[int, int]:
+    """(bytes on the most loaded GPU at the load's peak, host bytes on the node) for one placement."""
+    if placement == "full-per-rank":
+        return weights, n * weights
+    if placement == "zero-init":
+        return -(-weights // n) + largest, n * weights
+    if placement == "fsdp-meta":
+        return -(-weights // n) + unit, weights
+    if placement == "same-device":
+        return n * weights + (n - 1) * verdicts.CUDA_CONTEXT_BYTES, n * weights
+    raise ValueError(f"unknown placement {placement!r}")
+
+
+def placements(weights: int, largest: int, unit: int, n: int, profiles: dict) -> dict:
+    """Every placement's per-GPU bytes, host bytes and {gpu: "fits" | "oom while loading"}."""
+    out = {}
+    for name, how in PLACEMENTS.items():
+        gpu, host = per_gpu_bytes(name, weights, largest, unit, n)
+        out[name] = {"how": how, "gpu_bytes": gpu, "host_bytes": host,
+                     "verdicts": {g: "fits" if gpu <= verdicts.capacity(p) else "oom while loading"
+                                  for g, p in profiles.items()}}
+    return out
+
+
+def reproduces(reported: dict[int, str], by_n: dict[int, dict], gpu: str) -> list[str]:
+    """The placements whose verdicts on ``gpu`` match a reported outcome at every process count
+    ({n: "oom" | "fits"}), given ``placements`` at each n."""
+    def outcome(v: str) -> str:
+        return "fits" if v == "fits" else "oom"
+    return [p for p in PLACEMENTS
+            if all(outcome(by_n[n][p]["verdicts"][gpu]) == want for n, want in reported.items())]

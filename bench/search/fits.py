@@ -1,0 +1,367 @@
+"""How far can I go on this card? The largest shapes that fit, searched over the simulation.
+
+    python -m bench.search.fits --matrix matrix/default.yaml --cell CELL --out results/fits/CELL.json [--jobs 2]
+    python -m bench.search.fits --collect results/fits/*.json --matrix matrix/default.yaml --out results/fits.csv
+
+Torch-free. For one sim cell (a model x technique of a sim study) and every GPU it is judged
+against, two answers:
+
+- the largest sequence length at batch 1 that fits, on a grid of ``RESOLUTION_TOKENS``
+  (multiples of 256 tokens) up to ``seq_limit`` (the model's context length, at most
+  ``SEQ_LIMIT``);
+- the largest batch at the study's sequence length that fits, on a grid of the technique's
+  micro-batch count (1 unless gradient accumulation splits it) up to ``BATCH_LIMIT``.
+
+"Fits" is the verdict rule in force (bench/estimate/verdicts.py): the modelled reserved peak (the
+step's allocation trace replayed through the CUDA caching-allocator model) <= the GPU's memory
+minus the context reserve; a step whose reserved peak is over that is ``tight`` or ``oom``,
+not ``fits``. Each answer keeps its evidence: the modelled reserved peak at the answer and at
+the next grid step up. Past the limit the answer is ``beyond`` ("fits beyond the limit
+searched"); when even the smallest shape does not fit it is ``none`` ("does not fit at batch 1
+x 256 tokens").
+
+How it is fast and still exact: a shape is judged from its allocation trace, and the traces of
+one model x technique are one polynomial family in each axis (bench/estimate/interp.py): seven
+simulations (four lengths at batch 1, batches 2, 3 and 4 at the study's length; the cell's own
+record and trace reused when the cell has run) give every shape's trace exactly, checked at a
+shape not used for the fit; each candidate shape is then one replay (well under a second) and
+one replay serves every GPU (bisection per GPU over a shared cache, peaks being monotone in
+either axis). Where the check fails the axis is searched by full simulations instead, within
+``EXACT_BUDGET`` simulations, and the row says which. Simulations run in the warm worker
+(bench/search/simpool.py): each in a fresh fork, byte-identical to the cell run alone.
+
+Not searched, each an ``error`` row with its reason: skipped cells, workloads other than
+training (generation and vLLM have their own planners), padded batches (their widths are
+drawn from a length distribution: no polynomial family), and ZeRO/FSDP cells (their verdict is
+the analytic per-rank partitioning of phase peaks, not a trace: bench/worker/sim/simulate.py).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from bench.estimate import interp, replay, verdicts
+from bench.records import atomic, record
+from bench.search import progress
+from bench.search.fits_csv import BATCH_LIMIT, RESOLUTION_TOKENS, collect, row, seq_limit
+
+EXACT_BUDGET = 6  # full simulations per axis where interpolation is not exact
+
+def not_searched(spec: dict) -> str | None:
+    """Why this cell gets no search (an ``error`` row), or None."""
+    if spec["mode"] != "sim":
+        return f"a {spec['mode']} cell: searches run over the simulation only"
+    if spec["skip_reason"]:
+        return f"the cell is skipped: {spec['skip_reason']}"
+    if spec["knobs"].get("workload", "train") != "train":
+        return f"not a training workload ({spec['knobs']['workload']}): its memory is planned, not searched"
+    if spec["knobs"]["batching"] in ("padding", "padding-growing"):
+        return (f"{spec['knobs']['batching']} batches: each step's width is drawn from a length distribution "
+                "that changes with the sequence length, so the step's sizes are not one polynomial family and an "
+                "exact search would simulate every shape it judges; not searched")
+    if spec["knobs"]["dist"]:
+        return (f"{spec['knobs']['dist']} at world size {spec['world_size']}: the verdict is an analytic per-rank "
+                "partitioning of phase peaks, not a replayed trace; not searched")
+    return None
+
+
+class Shapes:
+    """The modelled reserved peak of one cell at any (batch, seq): by interpolated trace
+    where that is exact, else by simulation; every answer cached."""
+
+    def __init__(self, spec: dict, simulate, log_dir=None, simulate_many=None, say=None):
+        self.spec, self.simulate, self.log_dir = spec, simulate, log_dir
+        self.pace = progress.Pace(0, say or (lambda m: None), f"{spec['cell']} search")
+        self.simulate_many = simulate_many
+        self.traces: dict[tuple[int, int], dict] = {}   # simulated (batch, seq) -> trace
+        self.reserved: dict[tuple[int, int], int] = {}
+        self.simulated: list[dict] = []                 # what was simulated, and how long it took
+        self.fits: dict[str, interp.AxisFit | None] = {}
+        self.why_not: dict[str, str] = {}
+
+    def shape_spec(self, batch: int, seq: int) -> dict:
+        return dict(self.spec, batch_size=batch, seq_len=seq)
+
+    def trace(self, batch: int, seq: int) -> dict:
+        if (batch, seq) not in self.traces:
+            self.prefetch([(batch, seq)])
+        return self.traces[(batch, seq)]
+
+    def prefetch(self, points) -> None:
+        """Simulate the shapes of ``points`` not simulated yet (concurrently where the
+        simulator runs several at a time)."""
+        todo = [p for p in dict.fromkeys(points) if p not in self.traces]
+        if not todo:
+            return
+        jobs = [(self.shape_spec(b, s), Path(self.log_dir, f"b{b}-s{s}.log") if self.log_dir else None)
+                for b, s in todo]
+        t0 = time.monotonic()
+        recs = self.simulate_many(jobs) if self.simulate_many else [self.simulate(*job) for job in jobs]
+        took = round((time.monotonic() - t0) / len(todo), 2)
+        for (batch, seq), rec in zip(todo, recs):
+            if rec.get("status") != "ok" or "_trace" not in rec:
+                raise SearchError(f"simulation at batch {batch} x {seq} tokens: {rec.get('status')}: "
+                                  f"{rec.get('reason') or 'no allocation trace'}")
+            self.traces[(batch, seq)] = rec["_trace"]
+            self.reserved[(batch, seq)] = rec["modelled_reserved_peak_bytes"]
+            self.simulated.append({"batch": batch, "seq": seq, "s": took,
+                                   "reserved_peak_bytes": rec["modelled_reserved_peak_bytes"]})
+            self.pace.done(f"batch {batch} x {seq} tokens", took)
+
+    def add(self, batch: int, seq: int, trace: dict, reserved: int) -> None:
+        """A trace simulated elsewhere (the cell's own run, same inputs)."""
+        self.traces[(batch, seq)] = trace
+        self.reserved[(batch, seq)] = reserved
+        self.simulated.append({"batch": batch, "seq": seq, "s": 0.0, "reserved_peak_bytes": reserved,
+                               "reused": "the cell's own record and trace"})
+
+    def axis(self, name: str, points: list[tuple[int, int]], degree: int) -> None:
+        """Fit axis ``name`` ('seq' at batch 1, 'batch' at the study's length) from ``points``."""
+        try:
+            by_x = {(s if name == "seq" else b): self.trace(b, s) for b, s in points}
+            self.fits[name] = interp.AxisFit.from_traces(by_x, degree)
+        except interp.NotExact as exc:
+            self.fits[name], self.why_not[name] = None, str(exc)
+
+    def peak(self, batch: int, seq: int, name: str) -> int:
+        key = (batch, seq)
+        if key not in self.reserved:
+            fit = self.fits.get(name)
+            if fit is None or (name == "batch" and batch < fit.xs[0]):
+                self.trace(batch, seq)  # simulated: sets reserved
+            else:
+                t = fit.at(seq if name == "seq" else batch)
+                self.reserved[key] = replay.replay(t, self.spec["knobs"]["alloc_conf"], points=1)["reserved_peak_bytes"]
+        return self.reserved[key]
+
+
+class SearchError(RuntimeError):
+    pass
+
+
+def _largest(peak_at, n: int, caps: dict[str, int]) -> dict[str, tuple]:
+    """{gpu: (k or None, 'fits'|'beyond'|'none')}: the largest k in 1..n with peak_at(k) <= cap,
+    peaks being monotone in k; bisection per GPU over one shared cache of peaks."""
+    seen: dict[int, int] = {}
+
+    def at(k):
+        if k not in seen:
+            seen[k] = peak_at(k)
+        return seen[k]
+
+    out = {}
+    for gpu, cap in sorted(caps.items(), key=lambda kv: kv[1]):
+        if at(1) > cap:
+            out[gpu] = (None, "none")
+            continue
+        lo = max(k for k, p in seen.items() if p <= cap)
+        above = [k for k, p in seen.items() if p > cap]
+        if not above:
+            if at(n) <= cap:
+                out[gpu] = (n, "beyond")
+                continue
+            above = [n]
+        hi = min(above)
+        lo = max([k for k, p in seen.items() if p <= cap and k < hi], default=lo)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if at(mid) <= cap:
+                lo = mid
+            else:
+                hi = mid
+        out[gpu] = (lo, "fits")
+    return out
+
+
+def seq_points(study_seq: int, limit: int) -> list[int]:
+    """Four grid lengths to fit (three) and check (one): the smallest (whether anything fits at
+    all) and the study's among them, within the limit where it allows four."""
+    r = RESOLUTION_TOKENS
+    base = max(r, study_seq // r * r)
+    cand = [r, base, base // 2, base * 2, base // 4, base * 3, base * 4, *range(2 * r, 8 * r, r)]
+    out = []
+    for s in cand:
+        s = s // r * r
+        if r <= s <= max(limit, base) and s not in out:
+            out.append(s)
+    return sorted(out[:4])
+
+
+def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = None, simulate_many=None,
+           say=None) -> dict:
+    """Rows of results/fits.csv for ``spec`` (one per GPU it is judged against) and the
+    evidence behind them. ``simulate(spec, log_path) -> record`` (with ``_trace``) runs one
+    shape; ``simulate_many([(spec, log_path), ...]) -> records`` runs several at once (the
+    sample shapes are known up front); ``reuse``: (trace, reserved) of the cell at its own
+    shape, already simulated; ``say``: a line per simulation with the time left (bench/search/progress.py)."""
+    t0 = time.monotonic()
+    gpus = spec["verdict_gpus"] or {}
+    why = not_searched(spec)
+    if why:
+        return {"rows": [row(spec, g, {}, reason=why) for g in gpus], "simulated": [], "s": 0.0}
+    accum = spec["knobs"]["accum"]
+    shapes = Shapes(spec, simulate, log_dir, simulate_many, say)
+    if reuse is not None:
+        shapes.add(spec["batch_size"], spec["seq_len"], *reuse)
+    caps = {g: verdicts.capacity(p) for g, p in gpus.items()}
+    s_limit = seq_limit(spec)
+    r = RESOLUTION_TOKENS
+    try:
+        seqs = seq_points(spec["seq_len"], s_limit)
+        study = (accum, spec["seq_len"])
+        points = [study] + [(accum, s) for s in seqs if (accum, s) != study] + \
+            [(accum * k, spec["seq_len"]) for k in (2, 3, 4)]
+        # the smallest shape first (with one more, for a second core): if it fits no GPU, nothing does
+        first = [(accum, r)] + [p for p in points if p not in shapes.traces and p != (accum, r)][:1]
+        shapes.pace.plan(len({*first, *points} - set(shapes.traces)))
+        shapes.prefetch(first)
+        if shapes.reserved[(accum, r)] > max(caps.values(), default=0):
+            return _none_rows(spec, gpus, shapes, t0)
+        shapes.prefetch(points)
+        shapes.axis("seq", [(accum, s) for s in seqs], degree=2)
+        # from batch 2 up: batch 1's step has a few events of its own (tests/test_fits.py);
+        # batch 1 itself is the seq axis' simulation at the study's length
+        shapes.axis("batch", [(accum * k, spec["seq_len"]) for k in (2, 3, 4)], degree=1)
+        plan, failed = {}, {}
+        for name in ("seq", "batch"):
+            n = s_limit // r if name == "seq" else BATCH_LIMIT // accum
+            shape = (lambda k: (accum, k * r)) if name == "seq" else (lambda k: (k * accum, spec["seq_len"]))
+            if shapes.fits[name] is None:
+                _budget(shapes, name)
+            try:
+                plan[name] = (_largest(lambda k, s=shape, a=name: shapes.peak(*s(k), a), n, caps), shape, n)
+            except SearchError as exc:  # this axis goes unanswered, with its reason; the other still stands
+                failed[name] = str(exc)
+        if not plan:
+            raise SearchError("; ".join(failed.values()))
+        rows = [row(spec, gpu, _evidence(shapes, plan, gpu, accum), reason="; ".join(failed.values()),
+                    how=_how(shapes)) for gpu in gpus]
+    except SearchError as exc:
+        return {"rows": [row(spec, g, {}, reason=str(exc)) for g in gpus], "simulated": shapes.simulated,
+                "not_exact": shapes.why_not, "shapes_judged": len(shapes.reserved),
+                "s": round(time.monotonic() - t0, 2)}
+    # shapes_judged: every shape whose peak the search needed (a full simulation each, without
+    # interpolation); simulated: the ones it did simulate
+    return {"rows": rows, "simulated": shapes.simulated, "not_exact": shapes.why_not,
+            "shapes_judged": len(shapes.reserved), "s": round(time.monotonic() - t0, 2)}
+
+
+def _evidence(shapes: Shapes, plan: dict, gpu: str, accum: int) -> dict:
+    """One GPU's answers and their evidence: the peak at the answer and at the next grid step."""
+    vals = {}
+    for name in plan:  # an axis not in the plan stays "error" (its reason is the row's)
+        answers, shape, n = plan[name]
+        k, answer = answers[gpu]
+        unit = RESOLUTION_TOKENS if name == "seq" else accum
+        vals[f"{name}_answer"] = answer
+        vals["max_seq_at_batch1" if name == "seq" else "max_batch_at_seq"] = k * unit if k else None
+        nxt = k + 1 if k else 1
+        vals[f"peak_at_max_{name}_bytes"] = shapes.peak(*shape(k), name) if k else None
+        vals[f"peak_at_next_{name}_bytes"] = shapes.peak(*shape(nxt), name) if nxt <= n else None
+    return vals
+
+
+def _none_rows(spec: dict, gpus: dict, shapes: Shapes, t0: float) -> dict:
+    """Rows for a cell whose smallest shape fits none of its GPUs (monotone peaks: no shape does)."""
+    r = RESOLUTION_TOKENS
+    at_min = shapes.reserved[(spec["knobs"]["accum"], r)]
+    at_batch1 = shapes.reserved.get((spec["knobs"]["accum"], spec["seq_len"]))
+    vals = {"seq_answer": "none", "batch_answer": "none", "peak_at_next_seq_bytes": at_min,
+            "peak_at_next_batch_bytes": at_batch1}
+    how = f"the smallest shape (batch 1 x {r} tokens) fits none of these GPUs; {len(shapes.simulated)} simulations"
+    return {"rows": [row(spec, g, vals, how=how) for g in gpus], "simulated": shapes.simulated, "not_exact": {},
+            "shapes_judged": len(shapes.reserved), "s": round(time.monotonic() - t0, 2)}
+
+
+def _budget(shapes: Shapes, name: str) -> None:
+    """Full simulations instead of interpolation, at most EXACT_BUDGET more for this axis."""
+    start = len(shapes.simulated)
+
+    def sim(batch, seq):  # the class's own trace, not an earlier axis's counted one: each axis its own budget
+        return Shapes.trace(shapes, batch, seq)
+
+    def counted(batch, seq):
+        if (batch, seq) not in shapes.traces and len(shapes.simulated) - start >= EXACT_BUDGET:
+            raise SearchError(f"{name} axis: interpolation not exact ({shapes.why_not[name]}) and an exact "
+                              f"search needs more than {EXACT_BUDGET} simulations")
+        return sim(batch, seq)
+    shapes.trace = counted
+
+
+def _how(shapes: Shapes) -> str:
+    parts = []
+    for name in ("seq", "batch"):
+        if shapes.fits.get(name) is not None:
+            xs = shapes.fits[name].xs
+            parts.append(f"{name}: traces interpolated exactly from simulations at {xs} (checked at one more)")
+        else:
+            parts.append(f"{name}: full simulations ({shapes.why_not.get(name, '')})")
+    n = sum(1 for e in shapes.simulated if not e.get("reused"))
+    return f"{'; '.join(parts)}; {n} simulations"
+
+
+# -- command line ---------------------------------------------------------------------------
+
+def _reuse(spec: dict, results: Path):
+    """The cell's own trace and reserved peak from its run, when made from the same inputs."""
+    cell = results / "cells" / f"{spec['cell']}.json"
+    trace = results / "traces" / f"{spec['cell']}.json.gz"
+    if not (cell.is_file() and trace.is_file()):
+        return None
+    try:
+        doc = json.loads(cell.read_text())
+        rec = doc.get("benchmarks", [{}])[0].get("extra_info", doc) if "benchmarks" in doc else doc
+        if not isinstance(rec, dict) or rec.get("status") != "ok" or record.gate(rec, spec):
+            return None
+        return replay.load(trace), rec["modelled_reserved_peak_bytes"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+
+
+def run_cell(spec: dict, out: Path, results: Path = Path("results"), jobs: int = 1) -> dict:
+    """Search ``spec`` and write ``out``. Inside a workflow run the simulations go to its warm
+    engine (bench/runner/simengine.py, $FT_MEMBENCH_SIM_ENGINE) when it takes this code's cells,
+    else to ``jobs`` warm servers of this search's own (bench/search/simpool.py): the same records
+    either way."""
+    import os
+
+    from bench.runner.simengine import ENV, EnginePool
+    from bench.search.simpool import SimPool
+    with EnginePool(os.environ.get(ENV), jobs, lambda: SimPool(jobs)) as pool:
+        doc = search(spec, pool.run_cell, log_dir=results / "logs" / "fits" / spec["cell"],
+                     reuse=_reuse(spec, results), simulate_many=pool.run_many,
+                     say=lambda m: print(m, file=sys.stderr, flush=True))
+    from bench.records import reuse
+    doc.update(cell=spec["cell"], inputs_sha256=spec["inputs_sha256"], versions=reuse.versions())
+    atomic.write_json(out, doc)
+    return doc
+
+
+def main(argv=None) -> int:
+    from bench.spec import matrix
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--matrix", default=str(matrix.DEFAULT_MATRIX))
+    ap.add_argument("--cell", help="search this sim cell and write --out (JSON)")
+    ap.add_argument("--collect", nargs="*", help="per-cell JSON files to gather into --out (CSV)")
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--jobs", type=int, default=1, help="simulations at once (one warm worker each)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    cells = matrix.load(args.matrix)
+    if args.collect is not None:
+        n = collect(args.collect, cells, Path(args.out), say=lambda m: print(m, file=sys.stderr))
+        print(f"{args.out}: {n} rows")
+        return 0
+    if args.cell not in cells:
+        print(f"bench.search.fits: unknown cell {args.cell!r} in {args.matrix}", file=sys.stderr)
+        return 2
+    doc = run_cell(cells[args.cell], Path(args.out), Path(args.results), args.jobs)
+    print(json.dumps({"cell": args.cell, "s": doc["s"], "simulated": len(doc["simulated"])}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
