@@ -99,9 +99,9 @@ def test_a_search_through_the_engine_has_the_answers_of_its_own_pool(tmp_path):
     from bench.search.simpool import SimPool
     from tests.test_fits import tiny_spec
     spec = tiny_spec()
-    with SimPool() as pool:
+    with SimPool(1) as pool:  # one server each side: the imports are the test's cost on 2 cores
         own = fits.search(spec, pool.run_cell, simulate_many=pool.run_many)
-    sock = simengine.start(watch_pid=os.getpid(), jobs=2, env_var="FTMB_TEST_ENGINE")
+    sock = simengine.start(watch_pid=os.getpid(), jobs=1, env_var="FTMB_TEST_ENGINE")
     try:
         with simengine.EnginePool(sock, 2, fallback=lambda: pytest.fail("the engine refused")) as pool:
             warm = fits.search(spec, pool.run_cell, log_dir=tmp_path, simulate_many=pool.run_many)
