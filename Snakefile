@@ -7,7 +7,8 @@
 # Cells come from bench.spec.matrix (the same loader pytest uses); a bad matrix stops here,
 # before anything runs. Each cell's rule reruns only when its spec changes (params).
 # One cell is one pytest-benchmark run of exactly that cell (bench/conftest.py --cell-out),
-# which starts one worker process: rule -> pytest -> worker.
+# which starts one worker process: rule -> pytest -> worker (a sim cell: a fork of the run's warm
+# engine instead, below).
 import json
 import os
 import sys
@@ -45,8 +46,8 @@ SIM_ENGINE = {}
 onstart:
     if str(config.get("sim_engine", "1")) != "0" and any(c["mode"] == "sim" for c in {**CELLS, **PUBLISHED_CELLS}.values()):
         try:
-            SIM_ENGINE["socket"] = simengine.start(watch_pid=os.getpid(), jobs=workflow.cores)
-        except (OSError, RuntimeError) as exc:
+            SIM_ENGINE["socket"] = simengine.start(watch_pid=os.getpid(), jobs=workflow.cores or 1)
+        except (OSError, RuntimeError, TypeError, ValueError) as exc:
             print(f"{exc}: each sim cell runs in its own fresh process", file=sys.stderr)
 
 
