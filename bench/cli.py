@@ -15,7 +15,7 @@ It shares all its code with the matrix path: the spec comes from bench.spec.matr
 matrix written for the question), a missing simulation runs in the warm sim worker
 (bench/search/simpool.py) exactly as the cell's Snakemake job would, and the searches are
 bench.search.fits'. Answers already computed are reused, never approximated: a cell record in
-``results/cells`` or ``results/reference/cells`` that passes the record gate (bench/records/record.gate:
+``results/cells`` or ``results/reference/cells`` that passes the record gate (bench/records/checks.gate:
 the contract, and the same inputs_sha256, knobs and shape; a study's record for a GPU that study
 judged: ``judged_on``) made by the same library versions and engine code
 (``versions.ft_membench_engine``), and a search in ``results/fits/`` for the same inputs;
@@ -41,9 +41,9 @@ from pathlib import Path
 import yaml
 
 from bench.estimate import verdicts
-from bench.records import atomic, record
+from bench.records import atomic, checks
 from bench.search import fits, fits_csv
-from bench.spec import inputs, matrix
+from bench.spec import inputs, matrix, matrixfile
 from bench.spec.techniques import MAXIMUMS, MINIMUMS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,14 +58,14 @@ class Usage(ValueError):
 def cuda_profiles() -> list[str]:
     """The GPU profiles a question may name (matrix/gpus.yaml's cuda ones)."""
     try:
-        gpus = yaml.load((matrix.DEFAULT_MATRIX.parent / "gpus.yaml").read_text(), Loader=matrix.SAFE_LOADER)
+        gpus = yaml.load((matrix.DEFAULT_MATRIX.parent / "gpus.yaml").read_text(), Loader=matrixfile.SAFE_LOADER)
     except (OSError, ValueError, matrix.MatrixError):
         return []
     return [g for g, p in gpus.items() if isinstance(p, dict) and p.get("kind") == "cuda"]
 
 
 def default_techniques() -> list[str]:
-    doc = yaml.load(matrix.DEFAULT_MATRIX.read_text(), Loader=matrix.SAFE_LOADER)
+    doc = yaml.load(matrix.DEFAULT_MATRIX.read_text(), Loader=matrixfile.SAFE_LOADER)
     return list(doc["studies"][DEFAULT_STUDY]["techniques"])
 
 
@@ -74,7 +74,7 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
     every cuda profile of matrix/gpus.yaml (as the default matrix's sim studies are), so its
     records are the matrix's own where the shape agrees."""
     base = matrix.DEFAULT_MATRIX.parent
-    gpus = yaml.load((base / "gpus.yaml").read_text(), Loader=matrix.SAFE_LOADER)
+    gpus = yaml.load((base / "gpus.yaml").read_text(), Loader=matrixfile.SAFE_LOADER)
     if gpu not in gpus or gpus[gpu].get("kind") != "cuda":
         known = ", ".join(g for g, p in gpus.items() if p.get("kind") == "cuda")
         raise Usage(f"unknown gpu {gpu!r} (known: {known})")
@@ -86,7 +86,7 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
         "models_dir": str(base / "models"), "gpus_file": str(base / "gpus.yaml"),
         "deepspeed_dir": str(base / "deepspeed"),
         "technique_options": yaml.load(matrix.DEFAULT_MATRIX.read_text(),
-                                       Loader=matrix.SAFE_LOADER).get("technique_options", {}),
+                                       Loader=matrixfile.SAFE_LOADER).get("technique_options", {}),
         "studies": {"fit": {
             "mode": "sim", "models": [model], "gpus": [g for g, p in gpus.items() if p.get("kind") == "cuda"],
             "batch_size": batch or 1, "seq_len": seq or 2048, "steps": 1, "warmup_steps": 1, "timeout_s": 600,
@@ -141,7 +141,7 @@ def judged_on(spec: dict, rec: dict, gpu: str | None) -> dict:
 
 
 def stored_record(spec: dict, paths: list[Path], here: dict, gpu: str | None = None) -> tuple[dict, str] | tuple[None, None]:
-    """An ok record of this cell that passes the record gate against ``spec`` (record.gate: the
+    """An ok record of this cell that passes the record gate against ``spec`` (checks.gate: the
     contract, the same inputs, knobs and shape; the GPU profiles as its study judged them, the
     asked ``gpu`` among them: ``judged_on``) and was made by the same library versions and
     engine, and where. A record that fails the gate is passed over, never answered from."""
@@ -151,7 +151,7 @@ def stored_record(spec: dict, paths: list[Path], here: dict, gpu: str | None = N
             rec = doc["benchmarks"][0]["extra_info"] if isinstance(doc, dict) and "benchmarks" in doc else doc
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             continue
-        if not isinstance(rec, dict) or rec.get("status") != "ok" or record.gate(rec, judged_on(spec, rec, gpu)):
+        if not isinstance(rec, dict) or rec.get("status") != "ok" or checks.gate(rec, judged_on(spec, rec, gpu)):
             continue
         got = rec.get("versions")
         theirs = {k: (v or "").split("+")[0] or None for k, v in got.items() if k in here} \

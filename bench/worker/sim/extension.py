@@ -105,7 +105,7 @@ def linear(a, b, c, more: int, path: str):
 def extend_trace(a: dict, b: dict, c: dict, more: int) -> dict:
     """The trace with ``more`` layers beyond ``a``'s, from the parts' traces; NotExact unless
     ``a`` extended by 2 is ``c`` event for event."""
-    from bench.worker.memtrack import MAX_TRACE_EVENTS
+    from bench.worker.memtrace import MAX_TRACE_EVENTS
     ta, tb, tc = a["trace"], b["trace"], c["trace"]
     for key in ta:
         if key not in ("columns", "reset_at") and not (ta[key] == tb[key] == tc[key]):
@@ -244,7 +244,7 @@ def trace_peaks(trace: dict, rounding, reset_allocs: int) -> dict:
     the build's reset and the categories live at its first reaching, each phase's peak and its
     categories, each step's peak (from what is live at its start), the build's peak.
     NotExact where the trace cannot say (the peak at the reset itself)."""
-    from bench.worker.memtrack import TRACE_PHASES
+    from bench.worker.memtrace import TRACE_PHASES
     col = trace["columns"]
     kind, serial, nbytes, step, phase, cat = (col[k] for k in ("kind", "serial", "bytes", "step", "phase",
                                                               "category"))
