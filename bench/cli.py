@@ -40,7 +40,9 @@ from pathlib import Path
 
 import yaml
 
+from bench import cli_format
 from bench.estimate import verdicts
+from bench.estimate.measures import need_bytes
 from bench.records import atomic, checks
 from bench.search import fits, fits_csv
 from bench.spec import inputs, matrix, matrixfile
@@ -49,6 +51,9 @@ from bench.spec.techniques import MAXIMUMS, MINIMUMS
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STUDY = "sim-7b-8b"  # its techniques are the default list
 GiB = 2**30
+
+
+MALFORMED = ("not valid JSON", "must be a JSON object", "model_type missing", "cannot read it")  # bench/spec/modelref.py
 
 
 class Usage(ValueError):
@@ -104,7 +109,11 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
             # Hugging Face ids): what it refuses is refused here, in its words
             text = str(exc).replace(f"{path}: ", "")
             if text.startswith("studies.fit.models[0]: "):  # the resolver's words name the known models
-                raise Usage(f"unknown model {model!r}: {text.split(': ', 1)[1]}") from None
+                said = text.split(": ", 1)[1]
+                if any(w in said for w in MALFORMED):   # a file that exists but does not parse is no unknown model
+                    source, _, why = said.removeprefix("model ").partition(": ")
+                    raise Usage(f"malformed config.json: {source}: {why}") from None
+                raise Usage(f"unknown model {model!r}: {said}") from None
             raise Usage(text.replace("studies.fit.", "")) from None
     return cells
 
@@ -205,10 +214,12 @@ def stored_fits(spec: dict, results: Path, gpu: str) -> tuple[dict, str] | tuple
 
 def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print, jobs: int = 1) -> list[dict]:
     """One line of the answer per technique (dicts), simulating and searching what is missing."""
+    from bench.search.sample_cache import SampleCache
     from bench.search.simpool import SimPool
     here = versions()
     out = []
     with SimPool(jobs) as pool:
+        samples = SampleCache(pool, here, say=say)
         for cid, spec in cells.items():
             line = {"technique": "+".join(spec["techniques"]), "cell": cid}
             rec, where = stored_record(spec, record_paths(spec, results), here, gpu)
@@ -232,12 +243,14 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
                 doc, fits_from = stored_fits(judged, results, gpu)
             if doc is None and search and rec.get("status") == "ok":
                 say(f"  searching {cid} on {gpu} ...")
-                doc = fits.search(dict(spec, verdict_gpus={gpu: spec["verdict_gpus"][gpu]}), pool.run_cell,
-                                  simulate_many=pool.run_many)
+                hits = samples.hits   # the sample shapes are the GPU's own only in their verdict: reused
+                doc = fits.search(dict(spec, verdict_gpus={gpu: spec["verdict_gpus"][gpu]}), samples.run_cell,
+                                  simulate_many=samples.run_many)
                 doc.update(cell=cid, inputs_sha256=spec["inputs_sha256"])
                 path = own_fits_path(spec, results, gpu)
                 kept = f"kept in {path}" if keep_file(path, doc, say) else "not kept"
-                fits_from = f"searched now ({len(doc['simulated'])} simulations, {doc['s']} s; {kept})"
+                fits_from = (f"searched now ({len(doc['simulated'])} sample shapes, {samples.hits - hits} of them "
+                             f"from the sample cache; {doc['s']} s; {kept})")
             row = next((r for r in (doc or {}).get("rows", []) if r["gpu"] == gpu), None)
             line.update(fit=row, fits_source=fits_from if row else "not searched")
             out.append(line)
@@ -294,17 +307,19 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
            "simulated (fake tensors, counted as CUDA would allocate; reserved memory modelled), not measured on a GPU",
            ""]
     tw = max([28] + [len(ln["technique"]) for ln in lines])  # a long combination never shifts the columns
-    head = (f"{'technique':<{tw}} {'verdict':<8} {'need GiB':>9} {'usable':>7}  {'largest seq at batch 1':<47} "
+    head = (f"{'technique':<{tw}} {'verdict':<8} {'need GiB':>9} {'card GiB':>8}  {'largest seq at batch 1':<47} "
             f"{'largest batch':<40} speed")
     out += [head, "-" * len(head)]
     for ln in lines:
         rec = ln.get("record") or {}
-        need = rec.get("modelled_reserved_peak_bytes")
+        serving = bool((rec.get("details") or {}).get("vllm"))   # a vLLM plan: its line under the row says it
+        need, lower = need_bytes(rec) if rec.get("status") == "ok" and not serving else (None, False)  # the report's
         row = ln.get("fit")
         seq = fits_csv.answer_text(row, "seq") if row else "not searched"
         bat = fits_csv.answer_text(row, "batch") if row else "not searched"
-        need_s = f"{need / GiB:9.2f}" if need else f"{'-':>9}"
-        out.append(f"{ln['technique']:<{tw}} {ln['verdict'] or '?':<8} {need_s} {cap / GiB:>7.2f}  {fitted(seq, 47)} "
+        need_s = f"{('>=' if lower else '') + f'{need / GiB:.2f}':>9}" if need else f"{'-':>9}"
+        out.append(f"{ln['technique']:<{tw}} {ln['verdict'] or '?':<8} {need_s} {profile['memory_bytes'] / GiB:>8.2f}  "
+                   f"{fitted(seq, 47)} "
                    f"{fitted(bat, 40)} {speed(rec, gpu)}")
         if ln.get("reason"):
             out.append(f"    {ln['reason']}")
@@ -314,9 +329,14 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         note = ((rec.get("details") or {}).get("verdict_notes") or {}).get(gpu)
         if note:  # fits with paging, oom while loading, no bf16 kernels: what the verdict rests on
             out.append(f"    {note}")
+        out += [f"    {t}" for t in cli_format.vllm_lines(rec, gpu)]   # KV space, tokens, vLLM's error text
+        if hint := cli_format.precision_hint(rec, ln.get("verdict")):
+            out.append(f"    {hint}")
     out.append("")
-    out.append("need: the modelled reserved peak of one step (per rank for ZeRO/FSDP, whose speed is per rank and "
-               "for the run); usable: what the allocator may reserve. Where each answer came from:")
+    out.append(f"need: the modelled reserved peak of one step plus the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB "
+               "CUDA reserve (context, cuBLAS workspaces), the figure the verdict sets against the card's memory and "
+               "the report's need (per rank for ZeRO/FSDP, whose speed is per rank and for the run; '>=' where no "
+               "reserved peak was modelled). Where each answer came from:")
     for ln in lines:
         out.append(f"  {ln['technique']}: record {_short(ln.get('source', '-'))}; fits {_short(ln.get('fits_source', '-'))}")
     out += peer_lines(lines)
@@ -359,7 +379,8 @@ def _short(text) -> str:
     return text
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The `ft-membench` command line, built without running anything (tests/test_docs.py reads it)."""
     ap = argparse.ArgumentParser(prog="ft-membench", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("fit", help="will MODEL fine-tune on GPU, and how far can it go")
@@ -373,7 +394,11 @@ def main(argv=None) -> int:
     fit.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                      help="simulations at once (default: 2, or 1 on a 1-core machine)")
     fit.add_argument("--no-search", action="store_true", help="answer from records only, search nothing")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     techniques = [t.strip() for t in args.techniques.split(",") if t.strip()] if args.techniques else None
     try:
         if techniques == []:

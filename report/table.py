@@ -62,7 +62,8 @@ TEXT_COLUMNS = tuple(c for c in COLUMNS if c not in INT_COLUMNS + FLOAT_COLUMNS)
 # Record keys that become other columns (flattened or joined) rather than themselves.
 _REPLACED = {"techniques", "breakdown_bytes", "phase_peak_bytes"}
 # What an error row keeps of a record that broke the contract: who it is and where it ran.
-_KEPT = (*record.SPEC_FIELDS, "versions", "machine", "started_at", "wall_s", "log_tail", "bench_wall_s")
+_KEPT = (*record.SPEC_FIELDS, "versions", "machine", "started_at", "wall_s", "log_tail", "bench_wall_s",
+         "record_commit")
 
 
 def load_records(paths, cells: dict | None = None, matrix_name: str = "the matrix") -> list[dict]:
@@ -88,7 +89,11 @@ def _load_one(path: Path) -> dict:
         return _unreadable(path, "its benchmark carries no run record in extra_info")
     stats = benches[0].get("stats")
     mean = stats.get("mean") if isinstance(stats, dict) else None
-    return dict(rec, bench_wall_s=mean if isinstance(mean, (int, float)) and not isinstance(mean, bool) else None)
+    info = doc.get("commit_info")   # the commit the record was made at (pytest-benchmark's, bench/reproduce.py)
+    made_at = (f"{info.get('id') or '?'}{' (dirty)' if info.get('dirty') else ''}"
+               if isinstance(info, dict) and info.get("id") else None)
+    return dict(rec, bench_wall_s=mean if isinstance(mean, (int, float)) and not isinstance(mean, bool) else None,
+                record_commit=made_at)
 
 
 def _unreadable(path: Path, why: str) -> dict:
