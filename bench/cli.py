@@ -74,7 +74,8 @@ def default_techniques() -> list[str]:
     return list(doc["studies"][DEFAULT_STUDY]["techniques"])
 
 
-def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: int | None) -> dict[str, dict]:
+def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: int | None,
+          options: dict | None = None, trust_remote_code: bool = False) -> dict[str, dict]:
     """{cell: spec} for the question, through the matrix loader: the study is judged against
     every cuda profile of matrix/gpus.yaml (as the default matrix's sim studies are), so its
     records are the matrix's own where the shape agrees."""
@@ -97,7 +98,9 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
             "batch_size": batch or 1, "seq_len": seq or 2048, "steps": 1, "warmup_steps": 1, "timeout_s": 600,
             "techniques": techniques,
             **({} if "baseline" in techniques else {"exclude": [{"techniques": "baseline"}]}),
+            **({"technique_options": options} if options else {}),  # a --config's LoRA settings
         }},
+        **({"model_options": {model: {"trust_remote_code": True}}} if trust_remote_code else {}),
     }
     with tempfile.TemporaryDirectory(prefix="ftmb-fit-") as tmp:
         path = Path(tmp, "fit.yaml")
@@ -383,8 +386,15 @@ def parser() -> argparse.ArgumentParser:
     """The `ft-membench` command line, built without running anything (tests/test_docs.py reads it)."""
     ap = argparse.ArgumentParser(prog="ft-membench", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
-    fit = sub.add_parser("fit", help="will MODEL fine-tune on GPU, and how far can it go")
-    fit.add_argument("model")
+    fit = sub.add_parser("fit", help="will MODEL fine-tune on GPU, and how far can it go",
+                         description="Exit status: 0 fits, 1 does not fit (tight too, unless --allow-tight), "
+                                     "2 bad input (docs/fit.md)")
+    fit.add_argument("model", nargs="?", help="a matrix model name, a config.json path or a Hugging Face id "
+                                              "(ORG/NAME[@revision]; only its config.json is fetched)")
+    fit.add_argument("--config", help="a training config: TRL/transformers TrainingArguments (JSON/YAML), axolotl, "
+                                      "LLaMA-Factory or torchtune YAML")
+    fit.add_argument("--format", choices=["trl", "axolotl", "llamafactory", "torchtune"],
+                     help="the --config's format (default: told from its keys)")
     fit.add_argument("--gpu", required=True, type=str.lower,
                      help=f"a GPU profile of matrix/gpus.yaml, any case: {', '.join(cuda_profiles())}")
     fit.add_argument("--techniques", help="comma-separated, e.g. lora+gc+bf16,qlora+gc (default: the 7-8B study's)")
@@ -394,28 +404,50 @@ def parser() -> argparse.ArgumentParser:
     fit.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                      help="simulations at once (default: 2, or 1 on a 1-core machine)")
     fit.add_argument("--no-search", action="store_true", help="answer from records only, search nothing")
+    fit.add_argument("--json", action="store_true", help="print the answer as one JSON object (docs/fit.md)")
+    fit.add_argument("--allow-tight", action="store_true", help="exit 0 on a tight verdict (warned)")
+    fit.add_argument("--no-hints", action="store_true", help="skip what-to-change (no extra simulations)")
+    fit.add_argument("--trust-remote-code", action="store_true",
+                     help="run a Hub model's own code (auto_map); off by default")
     return ap
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    from bench.fit import guard, tofit
+    from bench.fit import question as fitinput
     techniques = [t.strip() for t in args.techniques.split(",") if t.strip()] if args.techniques else None
+    say = lambda m: print(m, file=sys.stderr)  # noqa: E731
     try:
         if techniques == []:
             raise Usage("--techniques: empty list")
-        cells = specs(args.model, args.gpu, techniques or default_techniques(), args.seq, args.batch)
-    except Usage as exc:
+        q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
+                              args.trust_remote_code)
+        asked = q.techniques is not None
+        cells = specs(q.model, args.gpu, q.techniques or default_techniques(), q.seq, q.batch, q.options,
+                      args.trust_remote_code)
+    except (Usage, fitinput.Usage) as exc:
         print(f"ft-membench: {exc}", file=sys.stderr)
-        return 2
+        return guard.BAD_INPUT
     profile = next(iter(cells.values()))["verdict_gpus"][args.gpu]
-    lines = answer(cells, args.gpu, Path(args.results), search=not args.no_search,
-                   say=lambda m: print(m, file=sys.stderr), jobs=args.jobs)
-    print(render(lines, args.gpu, profile, args.model, best=techniques is None))
-    failed = [ln for ln in lines if (ln.get("record") or {}).get("status") in ("error", "timeout")]
-    for ln in failed:   # the reason is on stdout under its line; said on stderr too, and the exit says it
-        print(f"ft-membench: {ln['technique']}: {ln['verdict']}: {ln.get('reason') or 'no reason given'}",
-              file=sys.stderr)
-    return 1 if failed else 0
+    lines = answer(cells, args.gpu, Path(args.results), search=not args.no_search, say=say, jobs=args.jobs)
+
+    def evaluate(variants: list[list[str]]) -> list[dict]:
+        more = specs(q.model, args.gpu, ["+".join(v) for v in variants], q.seq, q.batch, q.options,
+                     args.trust_remote_code)
+        return answer(more, args.gpu, Path(args.results), search=False, say=say, jobs=args.jobs)
+    hints = [] if args.no_hints or not asked else \
+        [dict(h, for_recipe=ln["technique"]) for ln in lines for h in tofit.hints(ln, args.gpu, profile, evaluate)]
+    code = guard.exit_code(lines, args.gpu, asked, args.allow_tight)
+    if args.json:
+        print(json.dumps(guard.answer_object(q, lines, args.gpu, profile, hints, code, args.allow_tight), indent=1))
+    else:
+        print(render(lines, args.gpu, profile, q.asked, best=not asked))
+        print(guard.describe(q, hints, guard.warnings(lines, args.gpu, args.allow_tight), code))
+    for ln in lines:   # the reason is on stdout under its line; said on stderr too, and the exit says it
+        if (ln.get("record") or {}).get("status") in ("error", "timeout"):
+            say(f"ft-membench: {ln['technique']}: {ln['verdict']}: {ln.get('reason') or 'no reason given'}")
+    return code
 
 
 if __name__ == "__main__":
