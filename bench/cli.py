@@ -15,7 +15,7 @@ It shares all its code with the matrix path: the spec comes from bench.spec.matr
 matrix written for the question), a missing simulation runs in the warm sim worker
 (bench/search/simpool.py) exactly as the cell's Snakemake job would, and the searches are
 bench.search.fits'. Answers already computed are reused, never approximated: a cell record in
-``results/cells`` or ``results/reference/cells`` that passes the record gate (bench/records/record.gate:
+``results/cells`` or ``results/reference/cells`` that passes the record gate (bench/records/checks.gate:
 the contract, and the same inputs_sha256, knobs and shape; a study's record for a GPU that study
 judged: ``judged_on``), and a search in ``results/fits/`` or a ``fits.csv`` for the same inputs,
 each by bench/records/reuse.py's one rule: made by the same engine code (``versions.ft_membench_engine``);
@@ -42,15 +42,20 @@ from pathlib import Path
 
 import yaml
 
+from bench import cli_format
 from bench.estimate import verdicts
-from bench.records import atomic, record, reuse
+from bench.estimate.measures import need_bytes
+from bench.records import atomic, checks, reuse
 from bench.search import fits, fits_csv, progress
-from bench.spec import inputs, matrix
+from bench.spec import inputs, matrix, matrixfile
 from bench.spec.techniques import MAXIMUMS, MINIMUMS
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_STUDY = "sim-7b-8b"  # its techniques are the default list
 GiB = 2**30
+
+
+MALFORMED = ("not valid JSON", "must be a JSON object", "model_type missing", "cannot read it")  # bench/spec/modelref.py
 
 
 class Usage(ValueError):
@@ -60,23 +65,24 @@ class Usage(ValueError):
 def cuda_profiles() -> list[str]:
     """The GPU profiles a question may name (matrix/gpus.yaml's cuda ones)."""
     try:
-        gpus = yaml.load((matrix.DEFAULT_MATRIX.parent / "gpus.yaml").read_text(), Loader=matrix.SAFE_LOADER)
+        gpus = yaml.load((matrix.DEFAULT_MATRIX.parent / "gpus.yaml").read_text(), Loader=matrixfile.SAFE_LOADER)
     except (OSError, ValueError, matrix.MatrixError):
         return []
     return [g for g, p in gpus.items() if isinstance(p, dict) and p.get("kind") == "cuda"]
 
 
 def default_techniques() -> list[str]:
-    doc = yaml.load(matrix.DEFAULT_MATRIX.read_text(), Loader=matrix.SAFE_LOADER)
+    doc = yaml.load(matrix.DEFAULT_MATRIX.read_text(), Loader=matrixfile.SAFE_LOADER)
     return list(doc["studies"][DEFAULT_STUDY]["techniques"])
 
 
-def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: int | None) -> dict[str, dict]:
+def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: int | None,
+          options: dict | None = None, trust_remote_code: bool = False) -> dict[str, dict]:
     """{cell: spec} for the question, through the matrix loader: the study is judged against
     every cuda profile of matrix/gpus.yaml (as the default matrix's sim studies are), so its
     records are the matrix's own where the shape agrees."""
     base = matrix.DEFAULT_MATRIX.parent
-    gpus = yaml.load((base / "gpus.yaml").read_text(), Loader=matrix.SAFE_LOADER)
+    gpus = yaml.load((base / "gpus.yaml").read_text(), Loader=matrixfile.SAFE_LOADER)
     if gpu not in gpus or gpus[gpu].get("kind") != "cuda":
         known = ", ".join(g for g, p in gpus.items() if p.get("kind") == "cuda")
         raise Usage(f"unknown gpu {gpu!r} (known: {known})")
@@ -88,13 +94,15 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
         "models_dir": str(base / "models"), "gpus_file": str(base / "gpus.yaml"),
         "deepspeed_dir": str(base / "deepspeed"),
         "technique_options": yaml.load(matrix.DEFAULT_MATRIX.read_text(),
-                                       Loader=matrix.SAFE_LOADER).get("technique_options", {}),
+                                       Loader=matrixfile.SAFE_LOADER).get("technique_options", {}),
         "studies": {"fit": {
             "mode": "sim", "models": [model], "gpus": [g for g, p in gpus.items() if p.get("kind") == "cuda"],
             "batch_size": batch or 1, "seq_len": seq or 2048, "steps": 1, "warmup_steps": 1, "timeout_s": 600,
             "techniques": techniques,
             **({} if "baseline" in techniques else {"exclude": [{"techniques": "baseline"}]}),
+            **({"technique_options": options} if options else {}),  # a --config's LoRA settings
         }},
+        **({"model_options": {model: {"trust_remote_code": True}}} if trust_remote_code else {}),
     }
     with tempfile.TemporaryDirectory(prefix="ftmb-fit-") as tmp:
         path = Path(tmp, "fit.yaml")
@@ -106,7 +114,11 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
             # Hugging Face ids): what it refuses is refused here, in its words
             text = str(exc).replace(f"{path}: ", "")
             if text.startswith("studies.fit.models[0]: "):  # the resolver's words name the known models
-                raise Usage(f"unknown model {model!r}: {text.split(': ', 1)[1]}") from None
+                said = text.split(": ", 1)[1]
+                if any(w in said for w in MALFORMED):   # a file that exists but does not parse is no unknown model
+                    source, _, why = said.removeprefix("model ").partition(": ")
+                    raise Usage(f"malformed config.json: {source}: {why}") from None
+                raise Usage(f"unknown model {model!r}: {said}") from None
             raise Usage(text.replace("studies.fit.", "")) from None
     return cells
 
@@ -136,18 +148,18 @@ def judged_on(spec: dict, rec: dict, gpu: str | None) -> dict:
 
 def stored_record(spec: dict, paths: list[Path], here: dict, gpu: str | None = None,
                   resimulate: bool = False) -> tuple[dict, str] | tuple[None, None]:
-    """An ok record of this cell that passes the record gate against ``spec`` (record.gate: the
+    """An ok record of this cell that passes the record gate against ``spec`` (checks.gate: the
     contract, the same inputs, knobs and shape; the GPU profiles as its study judged them, the
-    asked ``gpu`` among them: ``judged_on``) and is reused by bench/records/reuse.py's rule (the same
-    engine code; other library versions are named in where it came from), and where. A record
-    that fails the gate is passed over, never answered from."""
+    asked ``gpu`` among them: ``judged_on``) and is reused by bench/records/reuse.py's rule (the
+    same engine code; other library versions are named in where it came from), and where. A
+    record that fails the gate is passed over, never answered from."""
     for path in paths:
         try:
             doc = json.loads(path.read_text())
             rec = doc["benchmarks"][0]["extra_info"] if isinstance(doc, dict) and "benchmarks" in doc else doc
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             continue
-        if not isinstance(rec, dict) or rec.get("status") != "ok" or record.gate(rec, judged_on(spec, rec, gpu)):
+        if not isinstance(rec, dict) or rec.get("status") != "ok" or checks.gate(rec, judged_on(spec, rec, gpu)):
             continue
         ok, note = reuse.accepts(rec.get("versions"), here, resimulate)
         if not ok:
@@ -212,6 +224,7 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
     """One line of the answer per technique (dicts), simulating and searching what is missing;
     stored answers are reused by bench/records/reuse.py's rule (``resimulate``: only those made
     with the installed library versions)."""
+    from bench.search.sample_cache import SampleCache
     from bench.search.simpool import SimPool
     here = versions()
     drift = reuse.drift(here, ROOT / "results" / "reference" / "constraints.txt")
@@ -222,6 +235,7 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
     pace = progress.Pace(len(need), say, "ft-membench")
     out = []
     with SimPool(jobs) as pool:
+        samples = SampleCache(pool, here, say=say)
         for cid, spec in cells.items():
             line = {"technique": "+".join(spec["techniques"]), "cell": cid}
             rec, where = stored_record(spec, record_paths(spec, results), here, gpu, resimulate)
@@ -247,12 +261,14 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
                 doc, fits_from = stored_fits(judged, results, gpu, here, resimulate)
             if doc is None and search and rec.get("status") == "ok":
                 say(f"  searching {cid} on {gpu} ...")
-                doc = fits.search(dict(spec, verdict_gpus={gpu: spec["verdict_gpus"][gpu]}), pool.run_cell,
-                                  simulate_many=pool.run_many, say=say)
+                hits = samples.hits   # the sample shapes are the GPU's own only in their verdict: reused
+                doc = fits.search(dict(spec, verdict_gpus={gpu: spec["verdict_gpus"][gpu]}), samples.run_cell,
+                                  simulate_many=samples.run_many, say=say)
                 doc.update(cell=cid, inputs_sha256=spec["inputs_sha256"], versions=here)
                 path = own_fits_path(spec, results, gpu)
                 kept = f"kept in {path}" if keep_file(path, doc, say) else "not kept"
-                fits_from = f"searched now ({len(doc['simulated'])} simulations, {doc['s']} s; {kept})"
+                fits_from = (f"searched now ({len(doc['simulated'])} sample shapes, {samples.hits - hits} of them "
+                             f"from the sample cache; {doc['s']} s; {kept})")
             row = next((r for r in (doc or {}).get("rows", []) if r["gpu"] == gpu), None)
             line.update(fit=row, fits_source=fits_from if row else "not searched")
             out.append(line)
@@ -309,17 +325,19 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
            "simulated (fake tensors, counted as CUDA would allocate; reserved memory modelled), not measured on a GPU",
            ""]
     tw = max([28] + [len(ln["technique"]) for ln in lines])  # a long combination never shifts the columns
-    head = (f"{'technique':<{tw}} {'verdict':<8} {'need GiB':>9} {'usable':>7}  {'largest seq at batch 1':<47} "
+    head = (f"{'technique':<{tw}} {'verdict':<8} {'need GiB':>9} {'card GiB':>8}  {'largest seq at batch 1':<47} "
             f"{'largest batch':<40} speed")
     out += [head, "-" * len(head)]
     for ln in lines:
         rec = ln.get("record") or {}
-        need = rec.get("modelled_reserved_peak_bytes")
+        serving = bool((rec.get("details") or {}).get("vllm"))   # a vLLM plan: its line under the row says it
+        need, lower = need_bytes(rec) if rec.get("status") == "ok" and not serving else (None, False)  # the report's
         row = ln.get("fit")
         seq = fits_csv.answer_text(row, "seq") if row else "not searched"
         bat = fits_csv.answer_text(row, "batch") if row else "not searched"
-        need_s = f"{need / GiB:9.2f}" if need else f"{'-':>9}"
-        out.append(f"{ln['technique']:<{tw}} {ln['verdict'] or '?':<8} {need_s} {cap / GiB:>7.2f}  {fitted(seq, 47)} "
+        need_s = f"{('>=' if lower else '') + f'{need / GiB:.2f}':>9}" if need else f"{'-':>9}"
+        out.append(f"{ln['technique']:<{tw}} {ln['verdict'] or '?':<8} {need_s} {profile['memory_bytes'] / GiB:>8.2f}  "
+                   f"{fitted(seq, 47)} "
                    f"{fitted(bat, 40)} {speed(rec, gpu)}")
         if ln.get("reason"):
             out.append(f"    {ln['reason']}")
@@ -329,9 +347,14 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         note = ((rec.get("details") or {}).get("verdict_notes") or {}).get(gpu)
         if note:  # fits with paging, oom while loading, no bf16 kernels: what the verdict rests on
             out.append(f"    {note}")
+        out += [f"    {t}" for t in cli_format.vllm_lines(rec, gpu)]   # KV space, tokens, vLLM's error text
+        if hint := cli_format.precision_hint(rec, ln.get("verdict")):
+            out.append(f"    {hint}")
     out.append("")
-    out.append("need: the modelled reserved peak of one step (per rank for ZeRO/FSDP, whose speed is per rank and "
-               "for the run); usable: what the allocator may reserve. Where each answer came from:")
+    out.append(f"need: the modelled reserved peak of one step plus the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB "
+               "CUDA reserve (context, cuBLAS workspaces), the figure the verdict sets against the card's memory and "
+               "the report's need (per rank for ZeRO/FSDP, whose speed is per rank and for the run; '>=' where no "
+               "reserved peak was modelled). Where each answer came from:")
     for ln in lines:
         out.append(f"  {ln['technique']}: record {_short(ln.get('source', '-'))}; fits {_short(ln.get('fits_source', '-'))}")
     out += peer_lines(lines)
@@ -378,8 +401,15 @@ def parser() -> argparse.ArgumentParser:
     """The `ft-membench` command line, built without running anything (tests/test_docs.py reads it)."""
     ap = argparse.ArgumentParser(prog="ft-membench", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
-    fit = sub.add_parser("fit", help="will MODEL fine-tune on GPU, and how far can it go")
-    fit.add_argument("model")
+    fit = sub.add_parser("fit", help="will MODEL fine-tune on GPU, and how far can it go",
+                         description="Exit status: 0 fits, 1 does not fit (tight too, unless --allow-tight), "
+                                     "2 bad input (docs/fit.md)")
+    fit.add_argument("model", nargs="?", help="a matrix model name, a config.json path or a Hugging Face id "
+                                              "(ORG/NAME[@revision]; only its config.json is fetched)")
+    fit.add_argument("--config", help="a training config: TRL/transformers TrainingArguments (JSON/YAML), axolotl, "
+                                      "LLaMA-Factory or torchtune YAML")
+    fit.add_argument("--format", choices=["trl", "axolotl", "llamafactory", "torchtune"],
+                     help="the --config's format (default: told from its keys)")
     fit.add_argument("--gpu", required=True, type=str.lower,
                      help=f"a GPU profile of matrix/gpus.yaml, any case: {', '.join(cuda_profiles())}")
     fit.add_argument("--techniques", help="comma-separated, e.g. lora+gc+bf16,qlora+gc (default: the 7-8B study's)")
@@ -391,28 +421,52 @@ def parser() -> argparse.ArgumentParser:
     fit.add_argument("--no-search", action="store_true", help="answer from records only, search nothing")
     fit.add_argument("--resimulate", action="store_true",
                      help="reuse only answers made with the installed library versions; simulate the others again")
+    fit.add_argument("--json", action="store_true", help="print the answer as one JSON object (docs/fit.md)")
+    fit.add_argument("--allow-tight", action="store_true", help="exit 0 on a tight verdict (warned)")
+    fit.add_argument("--no-hints", action="store_true", help="skip what-to-change (no extra simulations)")
+    fit.add_argument("--trust-remote-code", action="store_true",
+                     help="run a Hub model's own code (auto_map); off by default")
     return ap
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    from bench.fit import guard, tofit
+    from bench.fit import question as fitinput
     techniques = [t.strip() for t in args.techniques.split(",") if t.strip()] if args.techniques else None
+    say = lambda m: print(m, file=sys.stderr)  # noqa: E731
     try:
         if techniques == []:
             raise Usage("--techniques: empty list")
-        cells = specs(args.model, args.gpu, techniques or default_techniques(), args.seq, args.batch)
-    except Usage as exc:
+        q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
+                              args.trust_remote_code)
+        asked = q.techniques is not None
+        cells = specs(q.model, args.gpu, q.techniques or default_techniques(), q.seq, q.batch, q.options,
+                      args.trust_remote_code)
+    except (Usage, fitinput.Usage) as exc:
         print(f"ft-membench: {exc}", file=sys.stderr)
-        return 2
+        return guard.BAD_INPUT
     profile = next(iter(cells.values()))["verdict_gpus"][args.gpu]
-    lines = answer(cells, args.gpu, Path(args.results), search=not args.no_search,
-                   say=lambda m: print(m, file=sys.stderr), jobs=args.jobs, resimulate=args.resimulate)
-    print(render(lines, args.gpu, profile, args.model, best=techniques is None))
-    failed = [ln for ln in lines if (ln.get("record") or {}).get("status") in ("error", "timeout")]
-    for ln in failed:   # the reason is on stdout under its line; said on stderr too, and the exit says it
-        print(f"ft-membench: {ln['technique']}: {ln['verdict']}: {ln.get('reason') or 'no reason given'}",
-              file=sys.stderr)
-    return 1 if failed else 0
+    lines = answer(cells, args.gpu, Path(args.results), search=not args.no_search, say=say, jobs=args.jobs,
+                   resimulate=args.resimulate)
+
+    def evaluate(variants: list[list[str]]) -> list[dict]:
+        more = specs(q.model, args.gpu, ["+".join(v) for v in variants], q.seq, q.batch, q.options,
+                     args.trust_remote_code)
+        return answer(more, args.gpu, Path(args.results), search=False, say=say, jobs=args.jobs,
+                      resimulate=args.resimulate)
+    hints = [] if args.no_hints or not asked else \
+        [dict(h, for_recipe=ln["technique"]) for ln in lines for h in tofit.hints(ln, args.gpu, profile, evaluate)]
+    code = guard.exit_code(lines, args.gpu, asked, args.allow_tight)
+    if args.json:
+        print(json.dumps(guard.answer_object(q, lines, args.gpu, profile, hints, code, args.allow_tight), indent=1))
+    else:
+        print(render(lines, args.gpu, profile, q.asked, best=not asked))
+        print(guard.describe(q, hints, guard.warnings(lines, args.gpu, args.allow_tight), code))
+    for ln in lines:   # the reason is on stdout under its line; said on stderr too, and the exit says it
+        if (ln.get("record") or {}).get("status") in ("error", "timeout"):
+            say(f"ft-membench: {ln['technique']}: {ln['verdict']}: {ln.get('reason') or 'no reason given'}")
+    return code
 
 
 if __name__ == "__main__":

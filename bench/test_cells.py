@@ -7,7 +7,7 @@ the record has been saved (pytest-benchmark keeps a benchmark whose target retur
 """
 import pytest
 
-from bench.records import record
+from bench.records import checks
 from bench.runner import ranks
 
 
@@ -18,6 +18,6 @@ def test_cell(cell_spec, worker_log, cell_runner, benchmark):
     if rec["status"] == "skipped":
         pytest.skip(rec["reason"])
     assert rec["status"] in ("ok", "oom"), f"{rec['status']}: {rec['reason']}\n{rec['log_tail']}"
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
     if ranks.multirank(cell_spec):  # one record for the cell, every rank's peak inside it
         assert [r["rank"] for r in rec["details"]["ranks"]] == list(range(cell_spec["world_size"]))

@@ -71,15 +71,25 @@ def footer(df: pd.DataFrame, commit: str, built_at: str) -> dict:
                 if value not in seen[key]:
                     seen[key].append(value)
         return [(k, ", ".join(v)) for k, v in sorted(seen.items())]
-    return {"versions": collect("versions"), "machine": collect("machine"), "commit": commit, "built_at": built_at}
+    made = sorted({str(c) for c in df["record_commit"] if c}) if "record_commit" in df.columns else []
+    return {"versions": collect("versions"), "machine": collect("machine"), "commit": commit, "built_at": built_at,
+            "record_commits": made}
 
 
-def git_commit() -> str:
+def git_commit(cwd=HERE) -> str:
+    """The commit the page is built at: HEAD of the repository holding ``cwd`` (12 hex digits),
+    with " (dirty)" where tracked files differ from it, so the page never names an older
+    commit than the code that built it; "unknown" outside a repository."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=10)
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True, timeout=10)
+        head = git("rev-parse", "--short=12", "HEAD")
+        if head.returncode != 0 or not head.stdout.strip():
+            return "unknown"
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+    return head.stdout.strip() + (" (dirty)" if dirty.returncode != 0 or dirty.stdout.strip() else "")
 
 
 def filters(df: pd.DataFrame, modes: list[str]) -> dict:

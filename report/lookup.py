@@ -33,6 +33,7 @@ import math
 
 import pandas as pd
 
+from bench.estimate.measures import comparable_step, need_bytes
 from report.compare import other_workload, parts
 from report.fmt import DASH, details, dtypes_text, fmt_count, fmt_gib, jcol, knobs, missing, provenance
 
@@ -82,14 +83,7 @@ def need_of(row) -> tuple[float | None, bool]:
     """(bytes the cell asks of the card, whether that is only a lower bound)."""
     if row["mode"] == "cuda":
         return (None, False) if missing(row["reserved_peak_bytes"]) else (float(row["reserved_peak_bytes"]), False)
-    reserve = details(row).get("verdict_reserve_bytes")
-    reserve = float(reserve) if isinstance(reserve, (int, float)) else 0.0
-    modelled = row.get("modelled_reserved_peak_bytes")   # an allocator-model column, absent from older tables
-    if not missing(modelled):
-        return float(modelled) + reserve, False
-    if not missing(row["peak_bytes"]):
-        return float(row["peak_bytes"]) + reserve, True
-    return None, False
+    return need_bytes(row)   # the CLI's need too (bench/estimate/measures.py)
 
 
 def candidates(df: pd.DataFrame) -> list[dict]:
@@ -112,6 +106,8 @@ def candidates(df: pd.DataFrame) -> list[dict]:
             out.append({"row": r, "model": r["model"], "gpu": gpu, "verdict": verdict, "capacity": cap,
                         "need": need if verdict != "oom" or r["mode"] == "sim" else None, "lower": lower,
                         "speed": speed_of(r, gpu) if r["mode"] == "sim" else None,
+                        # like for like: a modelled step of fewer tokens than batch x seq is not ranked
+                        "unranked": comparable_step(r, gpu)[1] if r["mode"] == "sim" else "",
                         "recipe": recipe_name(r["technique"])})
     return out
 
@@ -124,7 +120,7 @@ def ranked(group: list[dict]) -> tuple[list[dict], bool]:
     def rate(c):  # tokens/s: a step that trains fewer tokens (padding) is not a faster recipe
         if c["row"]["mode"] == "cuda":
             return None if missing(c["row"]["tokens_per_s"]) else float(c["row"]["tokens_per_s"])
-        return (c["speed"] or {}).get("tokens_per_s")
+        return None if c.get("unranked") else (c["speed"] or {}).get("tokens_per_s")
 
     def by_speed(c):
         return -rate(c) if rate(c) else math.inf
@@ -184,6 +180,8 @@ def lookup_row(c: dict, fits, recommended: bool, rank: int) -> dict:
             f"modelled ({c['speed'].get('calibration', 'calibration not said')}): {c['speed'].get('how', '')}"
     else:
         step, tokens, how = "no speed model", DASH, ""
+    if c.get("unranked"):   # shown, never ranked against steps of the whole batch x sequence
+        tokens += f" (not ranked: {c['unranked']})"
     note = verdict_note(r, c["gpu"])
     n = 1 if missing(r["world_size"]) else int(r["world_size"])
     if n > 1:  # a multi-GPU cell: memory is one rank's; a measured record's tokens/s is the run's

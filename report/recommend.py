@@ -22,10 +22,10 @@ import math
 
 import pandas as pd
 
+from bench.estimate.measures import comparable_step
 from bench.records.noise import CPU_THROUGHPUT_BAND
 from report.compare import difficulty_rank, other_workload
 from report.fmt import DASH, change_pct, contended, fmt_count, fmt_gib, fmt_pct, jcol, missing, provenance
-from report.lookup import speed_of
 
 MEASURED_VERDICT = {"ok": "fits", "oom": "oom"}
 
@@ -41,7 +41,9 @@ def candidates(df: pd.DataFrame, mode: str) -> pd.DataFrame:
         else:
             pairs = [(r["gpu"], MEASURED_VERDICT[r["status"]])] if r["status"] in MEASURED_VERDICT else []
         for gpu, verdict in pairs:
-            speed = (speed_of(r, gpu) or {}).get("step_s") if mode == "sim" else r["tokens_per_s"]
+            # sim: seconds of a step that trains the cell's whole batch x seq tokens (bench/estimate/measures.py);
+            # a shorter modelled step (padding-growing) has no comparable speed and ranks last
+            speed = (comparable_step(r, gpu)[0] or {}).get("step_s") if mode == "sim" else r["tokens_per_s"]
             rows.append({"cell": r["cell"], "model": r["model"], "gpu": gpu, "technique": r["technique"],
                          "other_workload": other_workload(r), "verdict": verdict, "peak_bytes": r["peak_bytes"],
                          "speed": None if missing(speed) else float(speed),
@@ -54,7 +56,7 @@ def candidates(df: pd.DataFrame, mode: str) -> pd.DataFrame:
 
 def _speed_key(c: dict, mode: str) -> float:
     """Smaller is better: modelled seconds per step in sim, minus tokens/s when measured; unknown sorts last."""
-    if c["speed"] is None or c.get("contended"):   # a contended timing is not the cell's own
+    if missing(c["speed"]) or c.get("contended"):   # a contended timing is not the cell's own (NaN: no speed)
         return math.inf
     return c["speed"] if mode == "sim" else -c["speed"]
 

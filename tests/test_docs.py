@@ -12,10 +12,7 @@ from tests import docs_check
 # Docs the README links that other branches of issue 29 write; they do not exist on this
 # branch yet. Remove each name when its file lands (test_pending_docs_are_missing says when).
 PENDING_DOCS = {
-    "docs/layout.md",                 # the package table (helper E)
     "docs/composing.md",              # helper A
-    "docs/fit.md",                    # helper B1
-    "docs/report-and-cli-notes.md",   # helper B2
     "docs/workflow-speed.md",         # helper C
 }
 

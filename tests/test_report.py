@@ -220,7 +220,7 @@ def test_build_writes_one_self_contained_file(built):
     # the GPU filter offers the devices cells ran on and the GPUs sim verdicts were given for
     assert all(f'<option value="{g}">' in html for g in ("a100-80g", "h100-80g", "cpu-24g", "rtx-4090"))
     assert "torch" in html and "2.13.0" in html and "ci-box" in html     # footer from the records
-    assert re.search(r"Built \d{4}-\d\d-\d\d \d\d:\d\d UTC from commit <code>\w+</code>", html)
+    assert re.search(r"Built \d{4}-\d\d-\d\d \d\d:\d\d UTC from commit <code>\w+( \(dirty\))?</code>", html)
     assert re.search(r'<td class="num" data-sort="">—</td>', html)       # the oom row's peak
 
 

@@ -1,6 +1,6 @@
 """When a stored sim record or search answers for a new simulation: one rule for both. Torch-free.
 
-``versions()`` is what a simulated answer depends on besides its spec (which bench/records/record.gate
+``versions()`` is what a simulated answer depends on besides its spec (which bench/records/checks.gate
 and the inputs digest check): the engine's code (``ft_membench_engine``, bench/spec/inputs.py
 ``engine_digest``) and the versions of the libraries that run it (local build labels dropped:
 ``2.13.0+cpu`` is ``2.13.0``). The warm sim engine (bench/runner/simengine.py) is keyed by it.

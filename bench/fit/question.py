@@ -1,0 +1,67 @@
+"""The fit command's question from what the user gives: a MODEL argument (a matrix name, a
+config path, a Hugging Face id) and/or ``--config FILE`` (a TRL/transformers, axolotl,
+LLaMA-Factory or torchtune training config, bench/spec/trainconfig).
+
+``question`` returns the model argument the matrix loader resolves (a Hub id's config.json is
+first put in the local Hub cache by bench/spec/hubmodel.py, or the id is answered by the matrix model
+of the same repository), the techniques, the technique options, the shape, the recipe read from
+the config (None without one) and the notes saying how the model was found. Every problem is a
+``Usage`` error (exit status 2). Torch-free.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bench.spec import hubmodel, trainconfig
+from bench.spec.modelref import ModelError
+
+
+class Usage(ValueError):
+    """Bad input: the message is the one line printed."""
+
+
+@dataclass
+class Question:
+    model: str                     # what the matrix loader resolves
+    asked: str                     # the model as the user or the config wrote it
+    techniques: list[str] | None   # None: the default study's list
+    seq: int | None
+    batch: int | None
+    options: dict = field(default_factory=dict)
+    recipe: object = None          # trainconfig.Recipe or None
+    notes: list[str] = field(default_factory=list)
+
+
+def question(model: str | None, config: str | None, fmt: str | None, techniques: list[str] | None,
+             seq: int | None, batch: int | None, trust_remote_code: bool = False) -> Question:
+    recipe = None
+    options: dict = {}
+    if config:
+        try:
+            recipe = trainconfig.read(config, fmt)
+        except trainconfig.ConfigError as exc:
+            raise Usage(str(exc)) from None
+        if techniques is None:  # the config's one recipe, a '+'-joined combination
+            techniques = ["+".join(recipe.techniques())]
+        options = recipe.options()
+        seq = seq or recipe.seq
+        batch = batch or recipe.batch
+    asked = model or (recipe.model if recipe else None)
+    if not asked:
+        raise Usage(f"--config {config}: names no model (give MODEL)" if config else "MODEL or --config is needed")
+    q = Question(asked, asked, techniques, seq, batch, options, recipe)
+    if model and recipe is not None and recipe.model and recipe.model != model:
+        q.notes.append(f"MODEL {model} answers in place of the config's {recipe.model}")
+    if hubmodel.is_hub_id(asked):
+        local = hubmodel.local_name(asked)
+        if local:
+            q.model = local
+            q.notes.append(f"{asked}: answered by the matrix model {local} (matrix/models/{local}.json, whose _source "
+                           "is the same repository)")
+        else:
+            try:
+                path = hubmodel.ensure_config(asked, trust_remote_code)
+            except ModelError as exc:
+                raise Usage(str(exc)) from None
+            q.notes.append(f"{asked}: config.json from the Hugging Face cache ({path})")
+    return q
