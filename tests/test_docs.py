@@ -13,7 +13,6 @@ from tests import docs_check
 # branch yet. Remove each name when its file lands (test_pending_docs_are_missing says when).
 PENDING_DOCS = {
     "docs/composing.md",              # helper A
-    "docs/workflow-speed.md",         # helper C
 }
 
 
