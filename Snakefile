@@ -7,10 +7,13 @@
 # Cells come from bench.spec.matrix (the same loader pytest uses); a bad matrix stops here,
 # before anything runs. Each cell's rule reruns only when its spec changes (params).
 # One cell is one pytest-benchmark run of exactly that cell (bench/conftest.py --cell-out),
-# which starts one worker process: rule -> pytest -> worker.
+# which starts one worker process: rule -> pytest -> worker (a sim cell: a fork of the run's warm
+# engine instead, below).
 import json
+import os
 import sys
 
+from bench.runner import simengine
 from bench.spec.matrix import DEFAULT_MATRIX, load
 from bench.runner.resources import CellResources
 
@@ -30,6 +33,30 @@ localrules: table, report, fits, published, published_table, published_scoreboar
 # sim cells get a fits search (bench/search/fits.py): how far each model x technique goes on each GPU
 FIT_JOBS = 2
 SIM_CELLS = [c for c, spec in CELLS.items() if spec["mode"] == "sim"]
+
+
+# The run's warm sim engine (bench/runner/simengine.py): sim cells run in forks of warm servers instead
+# of a fresh worker each (~5 s of imports a cell), records byte-identical. It starts with the
+# run, ends with it (and when Snakemake is killed: it watches this process), and reaches the
+# cell jobs through $FT_MEMBENCH_SIM_ENGINE; a job that cannot reach it runs its cell fresh.
+# --config sim_engine=0 turns it off.
+SIM_ENGINE = {}
+
+
+onstart:
+    if str(config.get("sim_engine", "1")) != "0" and any(c["mode"] == "sim" for c in {**CELLS, **PUBLISHED_CELLS}.values()):
+        try:
+            SIM_ENGINE["socket"] = simengine.start(watch_pid=os.getpid(), jobs=workflow.cores or 1)
+        except (OSError, RuntimeError, TypeError, ValueError) as exc:
+            print(f"{exc}: each sim cell runs in its own fresh process", file=sys.stderr)
+
+
+onsuccess:
+    simengine.stop(SIM_ENGINE.get("socket"))
+
+
+onerror:
+    simengine.stop(SIM_ENGINE.get("socket"))
 
 
 def spec_of(wildcards):

@@ -15,11 +15,13 @@ It shares all its code with the matrix path: the spec comes from bench.spec.matr
 matrix written for the question), a missing simulation runs in the warm sim worker
 (bench/search/simpool.py) exactly as the cell's Snakemake job would, and the searches are
 bench.search.fits'. Answers already computed are reused, never approximated: a cell record in
-``results/cells`` or ``results/reference/cells`` that passes the record gate (bench/records/record.gate:
+``results/cells`` or ``results/reference/cells`` that passes the record gate (bench/records/checks.gate:
 the contract, and the same inputs_sha256, knobs and shape; a study's record for a GPU that study
-judged: ``judged_on``) made by the same library versions and engine code
-(``versions.ft_membench_engine``), and a search in ``results/fits/`` for the same inputs;
-each line says where its answer came from. A simulation is deterministic, so a reused record
+judged: ``judged_on``), and a search in ``results/fits/`` or a ``fits.csv`` for the same inputs,
+each by bench/records/reuse.py's one rule: made by the same engine code (``versions.ft_membench_engine``);
+made with other library versions, it is reused and says which (a note before anything runs says
+the installed versions differ from the reference's), or with ``--resimulate`` simulated again.
+Each line says where its answer came from. A simulation is deterministic, so a reused record
 is the one a new run would write. Torch-free.
 
 Bad input (an unknown model or GPU or technique, a negative or absurd shape) is one line on
@@ -35,7 +37,7 @@ import json
 import os
 import sys
 import tempfile
-from importlib import metadata
+import time
 from pathlib import Path
 
 import yaml
@@ -43,9 +45,9 @@ import yaml
 from bench import cli_format
 from bench.estimate import verdicts
 from bench.estimate.measures import need_bytes
-from bench.records import atomic, record
-from bench.search import fits, fits_csv
-from bench.spec import inputs, matrix
+from bench.records import atomic, checks, reuse
+from bench.search import fits, fits_csv, progress
+from bench.spec import inputs, matrix, matrixfile
 from bench.spec.techniques import MAXIMUMS, MINIMUMS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +55,7 @@ DEFAULT_STUDY = "sim-7b-8b"  # its techniques are the default list
 GiB = 2**30
 
 
-MALFORMED = ("not valid JSON", "must be a JSON object", "model_type missing", "cannot read it")  # bench/modelref.py
+MALFORMED = ("not valid JSON", "must be a JSON object", "model_type missing", "cannot read it")  # bench/spec/modelref.py
 
 
 class Usage(ValueError):
@@ -63,14 +65,14 @@ class Usage(ValueError):
 def cuda_profiles() -> list[str]:
     """The GPU profiles a question may name (matrix/gpus.yaml's cuda ones)."""
     try:
-        gpus = yaml.load((matrix.DEFAULT_MATRIX.parent / "gpus.yaml").read_text(), Loader=matrix.SAFE_LOADER)
+        gpus = yaml.load((matrix.DEFAULT_MATRIX.parent / "gpus.yaml").read_text(), Loader=matrixfile.SAFE_LOADER)
     except (OSError, ValueError, matrix.MatrixError):
         return []
     return [g for g, p in gpus.items() if isinstance(p, dict) and p.get("kind") == "cuda"]
 
 
 def default_techniques() -> list[str]:
-    doc = yaml.load(matrix.DEFAULT_MATRIX.read_text(), Loader=matrix.SAFE_LOADER)
+    doc = yaml.load(matrix.DEFAULT_MATRIX.read_text(), Loader=matrixfile.SAFE_LOADER)
     return list(doc["studies"][DEFAULT_STUDY]["techniques"])
 
 
@@ -80,7 +82,7 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
     every cuda profile of matrix/gpus.yaml (as the default matrix's sim studies are), so its
     records are the matrix's own where the shape agrees."""
     base = matrix.DEFAULT_MATRIX.parent
-    gpus = yaml.load((base / "gpus.yaml").read_text(), Loader=matrix.SAFE_LOADER)
+    gpus = yaml.load((base / "gpus.yaml").read_text(), Loader=matrixfile.SAFE_LOADER)
     if gpu not in gpus or gpus[gpu].get("kind") != "cuda":
         known = ", ".join(g for g, p in gpus.items() if p.get("kind") == "cuda")
         raise Usage(f"unknown gpu {gpu!r} (known: {known})")
@@ -92,7 +94,7 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
         "models_dir": str(base / "models"), "gpus_file": str(base / "gpus.yaml"),
         "deepspeed_dir": str(base / "deepspeed"),
         "technique_options": yaml.load(matrix.DEFAULT_MATRIX.read_text(),
-                                       Loader=matrix.SAFE_LOADER).get("technique_options", {}),
+                                       Loader=matrixfile.SAFE_LOADER).get("technique_options", {}),
         "studies": {"fit": {
             "mode": "sim", "models": [model], "gpus": [g for g, p in gpus.items() if p.get("kind") == "cuda"],
             "batch_size": batch or 1, "seq_len": seq or 2048, "steps": 1, "warmup_steps": 1, "timeout_s": 600,
@@ -121,15 +123,7 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
     return cells
 
 
-def versions() -> dict:
-    """The library versions and the engine's code digest a reused record must share."""
-    out = {"ft_membench_engine": inputs.engine_digest()}
-    for pkg in ("torch", "transformers", "peft", "bitsandbytes", "deepspeed", "accelerate"):
-        try:
-            out[pkg] = metadata.version(pkg).split("+")[0]
-        except metadata.PackageNotFoundError:
-            out[pkg] = None
-    return out
+versions = reuse.versions  # the library versions and engine digest a reused record must share
 
 
 def record_paths(spec: dict, results: Path) -> list[Path]:
@@ -152,25 +146,25 @@ def judged_on(spec: dict, rec: dict, gpu: str | None) -> dict:
     return dict(spec, verdict_gpus=gpus, inputs_sha256=dict(spec["inputs_sha256"], gpus=inputs.digest(gpus)))
 
 
-def stored_record(spec: dict, paths: list[Path], here: dict, gpu: str | None = None) -> tuple[dict, str] | tuple[None, None]:
-    """An ok record of this cell that passes the record gate against ``spec`` (record.gate: the
+def stored_record(spec: dict, paths: list[Path], here: dict, gpu: str | None = None,
+                  resimulate: bool = False) -> tuple[dict, str] | tuple[None, None]:
+    """An ok record of this cell that passes the record gate against ``spec`` (checks.gate: the
     contract, the same inputs, knobs and shape; the GPU profiles as its study judged them, the
-    asked ``gpu`` among them: ``judged_on``) and was made by the same library versions and
-    engine, and where. A record that fails the gate is passed over, never answered from."""
+    asked ``gpu`` among them: ``judged_on``) and is reused by bench/records/reuse.py's rule (the
+    same engine code; other library versions are named in where it came from), and where. A
+    record that fails the gate is passed over, never answered from."""
     for path in paths:
         try:
             doc = json.loads(path.read_text())
             rec = doc["benchmarks"][0]["extra_info"] if isinstance(doc, dict) and "benchmarks" in doc else doc
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             continue
-        if not isinstance(rec, dict) or rec.get("status") != "ok" or record.gate(rec, judged_on(spec, rec, gpu)):
+        if not isinstance(rec, dict) or rec.get("status") != "ok" or checks.gate(rec, judged_on(spec, rec, gpu)):
             continue
-        got = rec.get("versions")
-        theirs = {k: (v or "").split("+")[0] or None for k, v in got.items() if k in here} \
-            if isinstance(got, dict) else None
-        if theirs != here:
+        ok, note = reuse.accepts(rec.get("versions"), here, resimulate)
+        if not ok:
             continue
-        return rec, str(path)
+        return rec, f"{path} ({note})" if note else str(path)
     return None, None
 
 
@@ -190,8 +184,15 @@ def own_fits_path(spec: dict, results: Path, gpu: str) -> Path:
     return fits_paths(spec, results, gpu)[1]
 
 
-def stored_fits(spec: dict, results: Path, gpu: str) -> tuple[dict, str] | tuple[None, None]:
-    """A search of this cell on ``gpu`` made from the same inputs at the same shape, and where."""
+def stored_fits(spec: dict, results: Path, gpu: str, here: dict | None = None,
+                resimulate: bool = False) -> tuple[dict, str] | tuple[None, None]:
+    """A search of this cell on ``gpu`` made from the same inputs at the same shape and reused by
+    bench/records/reuse.py's rule (as records are), and where."""
+    here = here or versions()
+
+    def kept(doc, path):
+        ok, note = reuse.accepts(reuse.search_versions(doc, path, spec["cell"]), here, resimulate)
+        return (doc, f"{path} ({note})" if note else str(path)) if ok else None
     digest = inputs.digest(spec["inputs_sha256"])
     shape = (str(spec["seq_len"]), str(spec["batch_size"]))
     for path in fits_paths(spec, results, gpu):
@@ -201,7 +202,10 @@ def stored_fits(spec: dict, results: Path, gpu: str) -> tuple[dict, str] | tuple
                     for row in csv.DictReader(fh):
                         if (row.get("cell"), row.get("gpu"), row.get("inputs_sha256")) == (spec["cell"], gpu, digest) \
                                 and (row.get("seq_len"), row.get("batch_size")) == shape:
-                            return {"rows": [{k: (v if v != "" else None) for k, v in row.items()}]}, str(path)
+                            found = kept({"rows": [{k: (v if v != "" else None) for k, v in row.items()}]}, path)
+                            if found:
+                                return found
+                            break
             except OSError:
                 pass
             continue
@@ -210,29 +214,40 @@ def stored_fits(spec: dict, results: Path, gpu: str) -> tuple[dict, str] | tuple
             continue
         rows = doc["rows"] or [{}]
         if doc.get("inputs_sha256") == spec["inputs_sha256"] and any(r.get("gpu") == gpu for r in rows) and \
-                (str(rows[0].get("seq_len")), str(rows[0].get("batch_size"))) == shape:
-            return doc, str(path)
+                (str(rows[0].get("seq_len")), str(rows[0].get("batch_size"))) == shape and kept(doc, path):
+            return kept(doc, path)
     return None, None
 
 
-def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print, jobs: int = 1) -> list[dict]:
-    """One line of the answer per technique (dicts), simulating and searching what is missing."""
+def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print, jobs: int = 1,
+           resimulate: bool = False) -> list[dict]:
+    """One line of the answer per technique (dicts), simulating and searching what is missing;
+    stored answers are reused by bench/records/reuse.py's rule (``resimulate``: only those made
+    with the installed library versions)."""
     from bench.search.sample_cache import SampleCache
     from bench.search.simpool import SimPool
     here = versions()
+    drift = reuse.drift(here, ROOT / "results" / "reference" / "constraints.txt")
+    if drift:  # before any waiting
+        say(f"ft-membench: note: {drift}")
+    need = [cid for cid, spec in cells.items() if not spec["skip_reason"]
+            and stored_record(spec, record_paths(spec, results), here, gpu, resimulate)[0] is None]
+    pace = progress.Pace(len(need), say, "ft-membench")
     out = []
     with SimPool(jobs) as pool:
         samples = SampleCache(pool, here, say=say)
         for cid, spec in cells.items():
             line = {"technique": "+".join(spec["techniques"]), "cell": cid}
-            rec, where = stored_record(spec, record_paths(spec, results), here, gpu)
+            rec, where = stored_record(spec, record_paths(spec, results), here, gpu, resimulate)
             if rec is None and spec["skip_reason"]:
                 line.update(verdict="skipped", reason=spec["skip_reason"])
                 out.append(line)
                 continue
             if rec is None:
                 say(f"  simulating {cid} (warm worker) ...")
+                t0 = time.monotonic()
                 rec = pool.run_cell(spec, writable(results / "logs" / "fit" / f"{cid}.log", say))
+                pace.done(cid, time.monotonic() - t0)
                 rec.pop("_trace", None)
                 keep = record_paths(spec, results)[-1]
                 where = f"simulated now (kept in {keep})" if keep_file(keep, rec, say) else "simulated now (not kept)"
@@ -240,16 +255,16 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
             if rec.get("status") != "ok" and rec.get("reason"):
                 line["reason"] = rec["reason"]
             # a study's stored search answers for the asked GPU as the study's record does
-            doc, fits_from = stored_fits(spec, results, gpu)
+            doc, fits_from = stored_fits(spec, results, gpu, here, resimulate)
             judged = judged_on(spec, rec, gpu) if rec.get("status") == "ok" else spec
             if doc is None and judged is not spec:
-                doc, fits_from = stored_fits(judged, results, gpu)
+                doc, fits_from = stored_fits(judged, results, gpu, here, resimulate)
             if doc is None and search and rec.get("status") == "ok":
                 say(f"  searching {cid} on {gpu} ...")
                 hits = samples.hits   # the sample shapes are the GPU's own only in their verdict: reused
                 doc = fits.search(dict(spec, verdict_gpus={gpu: spec["verdict_gpus"][gpu]}), samples.run_cell,
-                                  simulate_many=samples.run_many, per_rank=True)
-                doc.update(cell=cid, inputs_sha256=spec["inputs_sha256"])
+                                  simulate_many=samples.run_many, say=say, per_rank=True)
+                doc.update(cell=cid, inputs_sha256=spec["inputs_sha256"], versions=here)
                 path = own_fits_path(spec, results, gpu)
                 kept = f"kept in {path}" if keep_file(path, doc, say) else "not kept"
                 fits_from = (f"searched now ({len(doc['simulated'])} sample shapes, {samples.hits - hits} of them "
@@ -406,6 +421,8 @@ def parser() -> argparse.ArgumentParser:
     fit.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                      help="simulations at once (default: 2, or 1 on a 1-core machine)")
     fit.add_argument("--no-search", action="store_true", help="answer from records only, search nothing")
+    fit.add_argument("--resimulate", action="store_true",
+                     help="reuse only answers made with the installed library versions; simulate the others again")
     fit.add_argument("--json", action="store_true", help="print the answer as one JSON object (docs/fit.md)")
     fit.add_argument("--allow-tight", action="store_true", help="exit 0 on a tight verdict (warned)")
     fit.add_argument("--no-hints", action="store_true", help="skip what-to-change (no extra simulations)")
@@ -432,12 +449,14 @@ def main(argv=None) -> int:
         print(f"ft-membench: {exc}", file=sys.stderr)
         return guard.BAD_INPUT
     profile = next(iter(cells.values()))["verdict_gpus"][args.gpu]
-    lines = answer(cells, args.gpu, Path(args.results), search=not args.no_search, say=say, jobs=args.jobs)
+    lines = answer(cells, args.gpu, Path(args.results), search=not args.no_search, say=say, jobs=args.jobs,
+                   resimulate=args.resimulate)
 
     def evaluate(variants: list[list[str]]) -> list[dict]:
         more = specs(q.model, args.gpu, ["+".join(v) for v in variants], q.seq, q.batch, q.options,
                      args.trust_remote_code)
-        return answer(more, args.gpu, Path(args.results), search=False, say=say, jobs=args.jobs)
+        return answer(more, args.gpu, Path(args.results), search=False, say=say, jobs=args.jobs,
+                      resimulate=args.resimulate)
     hints = [] if args.no_hints or not asked else \
         [dict(h, for_recipe=ln["technique"]) for ln in lines for h in tofit.hints(ln, args.gpu, profile, evaluate)]
     code = guard.exit_code(lines, args.gpu, asked, args.allow_tight)

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 from bench.records import atomic, record
-from bench.runner import lifeline
+from bench.runner import launch, lifeline, simengine
 from bench.spec import matrix
 
 CELLS = pytest.StashKey[dict]()
@@ -41,6 +42,9 @@ def pytest_addoption(parser):
     group.addoption("--cell", default=None, help="run exactly this cell id (no substring matching)")
     group.addoption("--cell-out", default=None,
                     help="with --cell: write the cell's benchmark JSON here atomically, whatever happens")
+    group.addoption("--sim-engine", default=os.environ.get(simengine.ENV),
+                    help="unix socket of the workflow's warm sim engine (bench/runner/simengine.py; default: "
+                         f"${simengine.ENV}, which the Snakefile sets): sim cells run there, others fresh")
 
 
 def pytest_configure(config):
@@ -89,6 +93,22 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture
 def worker_log(request, cell_spec):
     return os.path.join(request.config.getoption("worker_logs"), f"{cell_spec['cell']}.worker.log")
+
+
+@pytest.fixture
+def cell_runner(request):
+    """``run(spec, log) -> record``: a sim cell through the warm engine when one is given and
+    takes it (the record of the cell run alone in a fresh process, bench/runner/simengine.py), else
+    (and for every cpu/cuda cell) its own fresh worker process (bench/runner/launch.py)."""
+    sock = request.config.getoption("sim_engine")
+
+    def run(spec: dict, log_path) -> dict:
+        rec = simengine.run_cell(spec, log_path, sock) if sock and not spec["skip_reason"] else None
+        if rec is None:
+            return launch.run_cell(spec, log_path)
+        print(f"{spec['cell']}: record from the warm sim engine at {sock}", file=sys.stderr)
+        return rec
+    return run
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -1,4 +1,5 @@
-"""One pytest-benchmark benchmark per matrix cell: the cell runs in its own worker process.
+"""One pytest-benchmark benchmark per matrix cell: the cell runs in its own worker process
+(a sim cell in a fork of the workflow's warm engine when there is one: bench/conftest.py ``cell_runner``).
 
 The run record goes into ``benchmark.extra_info`` (so ``--benchmark-json`` carries it).
 ok and oom are results; a skipped record skips the test; error and timeout fail it, after
@@ -6,17 +7,17 @@ the record has been saved (pytest-benchmark keeps a benchmark whose target retur
 """
 import pytest
 
-from bench.records import record
-from bench.runner import launch, ranks
+from bench.records import checks
+from bench.runner import ranks
 
 
-def test_cell(cell_spec, worker_log, benchmark):
-    rec = benchmark.pedantic(launch.run_cell, args=(cell_spec, worker_log), rounds=1, iterations=1)
+def test_cell(cell_spec, worker_log, cell_runner, benchmark):
+    rec = benchmark.pedantic(cell_runner, args=(cell_spec, worker_log), rounds=1, iterations=1)
     benchmark.extra_info.update(rec)
     benchmark.group = cell_spec["study"]
     if rec["status"] == "skipped":
         pytest.skip(rec["reason"])
     assert rec["status"] in ("ok", "oom"), f"{rec['status']}: {rec['reason']}\n{rec['log_tail']}"
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
     if ranks.multirank(cell_spec):  # one record for the cell, every rank's peak inside it
         assert [r["rank"] for r in rec["details"]["ranks"]] == list(range(cell_spec["world_size"]))

@@ -15,7 +15,7 @@ import os
 import pytest
 
 from bench.corpus import published, scoreboard
-from bench.records import record
+from bench.records import checks
 from bench.runner import launch
 from bench.spec import matrix
 from bench.corpus import published_matrix as pm
@@ -47,7 +47,7 @@ def test_published(published_row, published_cells, benchmark, request):
     benchmark.extra_info.update(rec)
     benchmark.group = spec["study"]
     assert rec["status"] in ("ok", "oom"), f"{rec['status']}: {rec['reason']}\n{rec['log_tail']}"
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
     row = next(s for s in scoreboard.score(ROWS, {spec["cell"]: rec}) if s["row"] == published_row)
     benchmark.extra_info["scoreboard"] = row
     request.node.user_properties.append(("scoreboard", json.dumps(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from bench.spec import workloads
 from report import GIB
-from report.claims import HOLDS, NOT, PARTLY, Claim, in_range, result
+from report.claim import HOLDS, NOT, PARTLY, Claim, in_range, result
 from report.fmt import fmt_gib
 from report.stages import stage_plans
 

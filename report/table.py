@@ -8,7 +8,7 @@ one run record (bench/records/record.py); ``benchmarks[0]["stats"]["mean"]`` is 
 
 - a file that cannot be read, or holds no benchmark or no record: status "error", the file
   stem as cell id, reason "unreadable results file ...";
-- a record that breaks the contract (``record.problems``: a peak that is not the sum of its
+- a record that breaks the contract (``checks.problems``: a peak that is not the sum of its
   breakdown, a missing field, an ok sim record without verdicts, ...): status "error", reason
   "record breaks the contract (it said <status>): ...", its measurements left out;
 - two files holding the same cell: both "error", naming the files.
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.records import record
+from bench.records import checks, record
 from bench.spec import matrix
 from report import table_check
 from report.table_check import TableError  # noqa: F401  (the error read_table raises)
@@ -106,7 +106,7 @@ def _unreadable(path: Path, why: str) -> dict:
 def _checked(path: Path, rec: dict) -> dict:
     if rec.get("_flagged"):
         return rec
-    found = record.gate(rec)
+    found = checks.gate(rec)
     if not found:
         return rec
     said = f" (it said {rec['status']})" if rec.get("status") in record.STATUSES else ""
@@ -146,7 +146,7 @@ def against_matrix(recs: list[dict], cells: dict, name: str) -> list[dict]:
         if spec is None:
             rec = broken(rec, f"cell {rec['cell']} is not in {name}: a results file left from another matrix?")
         elif not rec.get("_flagged"):
-            differ = record.inputs_problems(rec, spec)  # the rest of record.gate ran in _checked
+            differ = checks.inputs_problems(rec, spec)  # the rest of checks.gate ran in _checked
             if differ:
                 rec = broken(rec, f"record does not match cell {rec['cell']} of {name}: {'; '.join(differ)}")
         out.append(rec)

@@ -35,10 +35,10 @@ def run_cells(specs, folder: Path) -> dict:
 
 def ok(recs: dict, name: str) -> dict:
     """The ok record of technique ``name``, checked against the record contract."""
-    from bench.records import record
+    from bench.records import checks
     rec = recs[name]
     assert rec["status"] == "ok", f"{name}: {rec['status']}: {rec['reason']}\n{rec['log_tail']}"
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
     return rec
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.records import record
+from bench.records import checks, record
 from bench.spec import techniques
 from report import GIB
 
@@ -79,7 +79,7 @@ def ok(sp, gib: dict, tokens_per_s=None, flops=None, with_study=True):
             rec["details"]["speed_model"]["a100-80g"].update(step_s=step_s, tokens_per_s=2048 / step_s)
     if with_study:
         rec.update(study="demo", baseline_cell=f"{sp['model']}__{sp['gpu']}__baseline")
-    assert record.problems(rec) == [], record.problems(rec)
+    assert checks.problems(rec) == [], checks.problems(rec)
     return rec
 
 
@@ -97,7 +97,7 @@ def made(sp, nbytes: dict, **fields):
     if sp["mode"] != "sim":
         rec.update(tokens_per_s=1000.0, step_s_median=2.0, host_peak_rss_bytes=GIB)
     rec.update(fields)
-    assert record.problems(rec) == [], record.problems(rec)
+    assert checks.problems(rec) == [], checks.problems(rec)
     return rec
 
 

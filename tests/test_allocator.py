@@ -3,7 +3,8 @@ figure follows from the rules its docstring cites from c10/cuda/CUDACachingAlloc
 import pytest
 
 from bench.estimate import replay
-from bench.estimate.allocator import Allocator, OutOfMemory, parse_conf
+from bench.estimate.allocator import Allocator
+from bench.estimate.pools import OutOfMemory, parse_conf
 
 MiB = 2**20
 

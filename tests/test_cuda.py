@@ -15,7 +15,7 @@ import time
 import pytest
 
 from bench.worker import gpumem
-from bench.records import record
+from bench.records import checks
 from bench.runner import launch
 from bench.spec import matrix
 
@@ -88,7 +88,7 @@ def test_cuda_cell_without_a_gpu_is_a_skipped_record(matrix_file, tmp_path):
     spec = matrix.load(matrix_file({"g": {**TINY, "gpus": ["t4"], "techniques": ["baseline"]}}))["tiny-llama__t4__baseline"]
     rec = launch.run_cell(spec, tmp_path / "w.log")
     assert rec["status"] == "skipped" and "CUDA device" in rec["reason"]
-    assert rec["provenance"] == "cuda-measured" and record.problems(rec) == []
+    assert rec["provenance"] == "cuda-measured" and checks.problems(rec) == []
 
 
 # -- on a GPU ------------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def run_on_profile(matrix_file, tmp_path, memory_bytes, technique="baseline", **
 def test_cell_on_a_smaller_profile_is_capped_and_names_both_devices(matrix_file, tmp_path):
     rec = run_on_profile(matrix_file, tmp_path, 8 * GIB)
     assert rec["status"] == "ok", f"{rec['reason']}\n{rec['log_tail']}"
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
     cuda = rec["details"]["cuda"]
     assert cuda["device_profile"] == "small-gpu" and cuda["profile_memory_bytes"] == 8 * GIB
     assert cuda["physical_device"] and cuda["physical_memory_bytes"] > 8 * GIB

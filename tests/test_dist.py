@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.records import record
+from bench.records import checks, record
 from bench.runner import launch, ranks
 from bench.spec import matrix
 
@@ -78,7 +78,7 @@ def test_merge_takes_the_largest_rank_and_adds_up_tokens(w2_spec):
     recs = [rank_record(w2_spec, 0, 900, tokens=100, seconds=2.0),
             rank_record(w2_spec, 1, 1200, tokens=120, seconds=2.5)]
     rec = ranks.merge(w2_spec, recs)
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
     assert rec["status"] == "ok" and rec["peak_bytes"] == 1200 and rec["details"]["peak_rank"] == 1
     assert rec["breakdown_bytes"] == recs[1]["breakdown_bytes"]
     assert rec["tokens_per_s"] == pytest.approx(220 / 2.5)
@@ -98,14 +98,14 @@ def test_one_rank_out_of_memory_makes_the_cell_oom(w2_spec):
     rec = ranks.merge(w2_spec, recs)
     assert rec["status"] == "oom" and rec["reason"].startswith("rank 1:")
     assert [r["status"] for r in rec["details"]["ranks"]] == ["error", "oom"]
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
 
 
 def test_a_rank_without_record_makes_the_cell_an_error(w2_spec):
     rec = ranks.merge(w2_spec, [rank_record(w2_spec, 0, 900), None], "worker killed by SIGKILL", "last lines")
     assert rec["status"] == "error" and "[1]" in rec["reason"] and "SIGKILL" in rec["reason"]
     assert rec["log_tail"] == "last lines" and rec["details"]["ranks"][1]["status"] is None
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
 
 
 # -- real runs on CPU ---------------------------------------------------------------------------
@@ -116,7 +116,7 @@ def test_world_size_2_shards_model_states(matrix_file, tmp_path):
     recs = {name: launch.run_cell(cells[f"tiny-llama__cpu__{name}"], tmp_path / f"{name}.log") for name in names}
     for name, rec in recs.items():
         assert rec["status"] == "ok", f"{name}: {rec['reason']}\n{rec['log_tail']}"
-        assert record.problems(rec) == []
+        assert checks.problems(rec) == []
     for one, two in (("zero3", "zero3+w2"), ("fsdp", "fsdp+w2")):
         rec, single = recs[two], recs[one]["breakdown_bytes"]
         per_rank = rec["details"]["ranks"]
@@ -139,7 +139,7 @@ def test_ranks_out_of_memory_give_one_oom_record(matrix_file, tmp_path):
     assert rec["status"] == "oom", rec["reason"]
     assert rec["world_size"] == 2 and len(rec["details"]["ranks"]) == 2
     assert "oom" in [r["status"] for r in rec["details"]["ranks"]]
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
 
 
 def processes_mentioning(text: str) -> list[int]:
@@ -163,5 +163,5 @@ def test_a_cell_over_its_time_limit_leaves_a_record_and_no_rank_behind(matrix_fi
     rec = launch.run_cell(spec, tmp_path / "w.log")
     assert rec["status"] == "timeout" and "10 s" in rec["reason"]
     assert len(rec["details"]["ranks"]) == 2
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
     assert processes_mentioning("hang-cpu") == []

@@ -12,8 +12,6 @@ from tests import docs_check
 # Docs the README links that other branches of issue 29 write; they do not exist on this
 # branch yet. Remove each name when its file lands (test_pending_docs_are_missing says when).
 PENDING_DOCS = {
-    "docs/layout.md",                 # the package table (helper E)
-    "docs/workflow-speed.md",         # helper C
 }
 
 

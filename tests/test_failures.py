@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.records import atomic, record
+from bench.records import atomic, checks
 from bench.runner import launch
 from bench.spec import matrix
 from report import table
@@ -39,7 +39,7 @@ def test_a_cell_that_raises_is_an_error_record_with_the_last_line(tmp_path, matr
     assert rec["status"] == "error"
     assert "negative dimension" in rec["reason"]
     assert "Traceback" in rec["log_tail"]
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
 
 
 def test_over_the_device_capacity_is_an_oom_record(tmp_path, matrix_file):
@@ -49,7 +49,7 @@ def test_over_the_device_capacity_is_an_oom_record(tmp_path, matrix_file):
     rec = launch.run_cell(spec, tmp_path / "w.log")
     assert rec["status"] == "oom", rec["reason"]
     assert str(64 << 20) in rec["reason"]
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
 
 
 def test_a_cell_over_its_time_limit_is_a_timeout_record(tmp_path, matrix_file):
@@ -60,7 +60,7 @@ def test_a_cell_over_its_time_limit_is_a_timeout_record(tmp_path, matrix_file):
     assert time.monotonic() - started < 30
     assert rec["status"] == "timeout" and "limit of 1 s" in rec["reason"]
     assert "cell tiny-llama__cpu__baseline (cpu)" in rec["log_tail"], "the tail says how far the worker got"
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
 
 
 def _worker_pids(marker: str):
@@ -91,7 +91,7 @@ def test_a_killed_worker_is_an_error_record_with_its_log_tail(tmp_path, matrix_f
     assert result["status"] == "error"
     assert "killed by SIGKILL" in result["reason"]
     assert "step 1/2 (warm-up)" in result["log_tail"], result["log_tail"]
-    assert record.problems(result) == []
+    assert checks.problems(result) == []
 
 
 def test_every_failure_kind_is_a_row(tmp_path, matrix_file):
@@ -119,7 +119,7 @@ def test_every_failure_kind_is_a_row(tmp_path, matrix_file):
         recs = dict(zip(cells, pool.map(lambda c: launch.run_cell(cells[c], tmp_path / f"{c}.log"), cells)))
     files = []
     for cell, rec in recs.items():
-        assert record.problems(rec) == [], (cell, record.problems(rec))
+        assert checks.problems(rec) == [], (cell, checks.problems(rec))
         files.append(str(tmp_path / "cells" / f"{cell}.json"))
         atomic.write_json(files[-1], {"benchmarks": [{"name": f"test_cell[{cell}]", "extra_info": rec}]})
     assert table.main([*files, "--out", str(tmp_path / "table.csv")]) == 0

@@ -13,7 +13,7 @@ import pytest
 
 from bench.estimate import interp, verdicts
 from bench.runner import launch
-from bench.search import fits, fits_csv
+from bench.search import fits, fits_csv, shapes
 from bench.spec import inputs, matrix
 from bench.records import identical
 from bench.search.simpool import SimPool
@@ -130,7 +130,7 @@ def test_search_answers_equal_every_grid_point_simulated(tmp_path):
             rec = pool.run_cell(dict(spec, seq_len=s, batch_size=1))
             brute[("seq", s)] = rec
             if s in (768, 1792):  # shapes the fit never sampled: the interpolated trace is the simulated one
-                fit = fits.Shapes(spec, pool.run_cell)
+                fit = shapes.Shapes(spec, pool.run_cell)
                 fit.axis("seq", [(1, x) for x in fits.seq_points(512, 2048)], degree=2)
                 assert fit.fits["seq"].at(s)["columns"] == rec["_trace"]["columns"]
         for b in range(1, 9):
@@ -225,6 +225,14 @@ def test_fit_command_answers_from_a_fits_table_of_the_same_inputs(tmp_path):
     doc = {"cell": spec["cell"], "inputs_sha256": spec["inputs_sha256"], "rows": [fits_csv.row(spec, "rtx-4090", vals)]}
     (tmp_path / "one.json").write_text(__import__("json").dumps(doc))
     fits_csv.collect([tmp_path / "one.json"], {spec["cell"]: spec}, tmp_path / "fits.csv")
+    # a results folder's fits.csv beside the records it was searched from: their versions are its
+    # versions (bench/records/reuse.py), as in a workflow's results/
+    # (the reference's record, as made by this code: its engine digest is this one)
+    from bench.records import reuse
+    kept = __import__("json").loads((launch.ROOT / "results/reference/cells" / f"{spec['cell']}.json").read_text())
+    kept["benchmarks"][0]["extra_info"]["versions"] = reuse.versions()
+    (tmp_path / "cells").mkdir()
+    (tmp_path / "cells" / f"{spec['cell']}.json").write_text(__import__("json").dumps(kept))
     cmd = [sys.executable, "-m", "bench.cli", "fit", "qwen2.5-7b", "--gpu", "rtx-4090", "--techniques",
            "lora+gc+bf16", "--no-search", "--results", str(tmp_path)]
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=launch.ROOT, check=True).stdout
@@ -260,13 +268,13 @@ def test_fit_answers_from_a_study_record_for_a_gpu_the_study_judged(tmp_path):
     them its record and search answer (inputs digested as that study's: cli.judged_on), for a
     GPU the study never judged they do not."""
     from bench import cli
-    from bench.records import record
+    from bench.records import checks
     spec = next(iter(cli.specs("llama-3.1-70b", "rtx-a6000", ["qlora+gc"], None, None).values()))
     path = matrix.DEFAULT_MATRIX.parent.parent / "results" / "reference" / "cells" / "llama-3.1-70b__sim__qlora+gc.json"
     rec, where = cli.stored_record(spec, [path], cli.versions(), "rtx-a6000")
     assert where == str(path) and rec["verdicts"]["rtx-a6000"] == "fits"
     assert cli.stored_record(spec, [path], cli.versions(), "t4") == (None, None)
-    assert record.gate(rec, spec)  # against the question's own GPUs the record is another experiment
+    assert checks.gate(rec, spec)  # against the question's own GPUs the record is another experiment
     doc, source = cli.stored_fits(cli.judged_on(spec, rec, "rtx-a6000"), tmp_path, "rtx-a6000")
     assert source.endswith("reference/fits.csv") and doc["rows"][0]["max_seq_at_batch1"] is not None
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bench.records import record
+from bench.records import checks
 from bench.spec import inputs, matrix
 from tests.helpers import MATRIX_DIR
 
@@ -54,4 +54,4 @@ def test_the_worker_writes_an_error_record_naming_the_changed_input(tmp_path, ed
     subprocess.run([sys.executable, "-m", "bench.worker", str(spec_p), str(out_p)], check=True, capture_output=True)
     rec = json.loads(out_p.read_text())
     assert rec["status"] == "error" and "InputsChanged" in rec["reason"] and "model_config" in rec["reason"]
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench.records import record
+from bench.records import checks
 from bench.runner import launch
 from bench.spec import inputs, matrix
 from tests.helpers import MATRIX_DIR
@@ -17,13 +17,13 @@ TINY_DIMS = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 
 def test_contract_refuses_an_ok_record_whose_loss_is_not_finite(specs):
     for spec in specs.values():
         rec = ok_record(spec)
-        assert record.problems(rec) == []
+        assert checks.problems(rec) == []
         for bad in (float("nan"), float("inf")):
             rec["details"]["final_loss"] = bad
-            assert any("not a finite number" in p for p in record.problems(rec))
+            assert any("not a finite number" in p for p in checks.problems(rec))
         rec = ok_record(spec)
         rec["details"]["losses"] = [1.0, float("nan")]
-        assert any("details.losses" in p for p in record.problems(rec))
+        assert any("details.losses" in p for p in checks.problems(rec))
 
 
 def test_loss_is_required_from_record_version_2_only(specs):
@@ -31,16 +31,16 @@ def test_loss_is_required_from_record_version_2_only(specs):
     for spec in (cpu, sim):
         rec = ok_record(spec)
         del rec["details"]["final_loss"]
-        assert any("final_loss missing" in p for p in record.problems(rec))
+        assert any("final_loss missing" in p for p in checks.problems(rec))
         old = dict(rec)
         del old["record_version"]          # a record made before the loss was part of it
-        assert record.problems(old) == []
+        assert checks.problems(old) == []
     rec = ok_record(cpu)
     rec["details"]["final_loss"] = None    # cpu and cuda measure it
-    assert any("the loss was measured" in p for p in record.problems(rec))
+    assert any("the loss was measured" in p for p in checks.problems(rec))
     rec = ok_record(sim)
     del rec["details"]["loss_check"]       # sim must say what stands in
-    assert any("loss_check" in p for p in record.problems(rec))
+    assert any("loss_check" in p for p in checks.problems(rec))
 
 
 @pytest.mark.slow
@@ -61,7 +61,7 @@ def test_a_config_that_trains_a_nan_loss_is_an_error_record(tmp_path, matrix_fil
     rec = launch.run_cell(spec, tmp_path / "w.log")
     assert rec["status"] == "error", rec["reason"]
     assert "NonFiniteLoss" in rec["reason"] and "not finite" in rec["reason"]
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
 
 
 @pytest.mark.slow
@@ -71,9 +71,9 @@ def test_cpu_record_carries_its_losses_and_sim_says_what_stands_in(tmp_path, mat
                                      "s": {"mode": "sim", "models": ["tiny-llama"], "gpus": ["l40s"],
                                            "techniques": ["baseline"]}}))
     cpu = launch.run_cell(cells["tiny-llama__cpu__baseline"], tmp_path / "c.log")
-    assert cpu["status"] == "ok" and record.problems(cpu) == [], cpu["reason"]
+    assert cpu["status"] == "ok" and checks.problems(cpu) == [], cpu["reason"]
     assert len(cpu["details"]["losses"]) == cpu["steps"] + cpu["warmup_steps"]
     assert cpu["details"]["final_loss"] == cpu["details"]["losses"][-1] > 0
     sim = launch.run_cell(cells["tiny-llama__sim__baseline"], tmp_path / "s.log")
-    assert sim["status"] == "ok" and record.problems(sim) == [], sim["reason"]
+    assert sim["status"] == "ok" and checks.problems(sim) == [], sim["reason"]
     assert sim["details"]["final_loss"] is None and "fake tensors" in sim["details"]["loss_check"]

@@ -6,7 +6,7 @@ import time
 import pytest
 import yaml
 
-from bench.spec import matrix
+from bench.spec import matrix, matrixfile
 from tests.helpers import MATRIX_DIR, write_matrix
 
 STUDY = {"mode": "sim", "models": ["tiny-llama"], "gpus": ["l40s"], "techniques": ["lora"]}
@@ -61,4 +61,4 @@ def test_non_utf8_text_is_a_clear_error(tmp_path, name):
 
 
 def test_the_default_matrix_still_loads_under_the_strict_loader():
-    assert yaml.load((MATRIX_DIR / "gpus.yaml").read_text(), Loader=matrix.SAFE_LOADER)
+    assert yaml.load((MATRIX_DIR / "gpus.yaml").read_text(), Loader=matrixfile.SAFE_LOADER)

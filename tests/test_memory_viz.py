@@ -19,7 +19,7 @@ from torch.cuda import _memory_viz
 from bench.estimate import replay
 from bench.runner import launch
 from bench.spec import matrix
-from bench.worker.sim import simulate
+from bench.worker.sim import measure
 from tests.helpers import write_matrix
 
 MiB = 2**20
@@ -31,8 +31,8 @@ def trace_file(tmp_path_factory):
     folder = tmp_path_factory.mktemp("viz")
     path = write_matrix(folder, {"v": {"mode": "sim", "models": ["tiny-llama"], "gpus": ["t4"],
                                        "techniques": ["baseline"], "seq_len": 64}})
-    spec = simulate.single_process(matrix.load(path)["tiny-llama__sim__baseline"])
-    _, tracker, _ = simulate.simulate_step(spec)
+    spec = measure.single_process(matrix.load(path)["tiny-llama__sim__baseline"])
+    _, tracker, _ = measure.simulate_step(spec)
     out = folder / "trace.json.gz"
     replay.dump(tracker.trace(), out)
     return out

@@ -141,14 +141,14 @@ def test_remote_code_is_refused_unless_the_user_opts_in(hf_cache, tmp_path, matr
 
 @pytest.mark.slow
 def test_a_trusted_remote_code_model_runs_on_the_cpu(hf_cache, tmp_path, matrix_file):
-    from bench.records import record
+    from bench.records import checks
     from bench.runner import launch
     _hf_cache(hf_cache, "someone/tiny-remote", REMOTE_CONFIG, REMOTE_CODE)
     study = {"s": {"mode": "cpu", "models": ["someone/tiny-remote"], "gpus": ["cpu"], "techniques": ["lora"]}}
     cells = matrix.load(matrix_file(study, model_options={"tiny-remote": {"trust_remote_code": True}}))
     rec = launch.run_cell(cells["tiny-remote__cpu__lora"], tmp_path / "remote.log")
     assert rec["status"] == "ok", rec["reason"] + rec["log_tail"]
-    assert record.problems(rec) == [] and rec["params_trainable"] > 0
+    assert checks.problems(rec) == [] and rec["params_trainable"] > 0
 
 
 def test_a_matrix_takes_a_config_path_and_its_digest_follows_the_file(matrix_file, tmp_path):

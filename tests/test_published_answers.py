@@ -26,7 +26,7 @@ import pytest
 from bench.estimate import loadplan, speedmodel
 from bench.records import record
 from bench.spec import matrix
-from report import claims, table
+from report import claim, claims, table
 from tests.helpers import write_matrix
 
 pytestmark = pytest.mark.slow
@@ -123,7 +123,7 @@ def test_qlora_fits_a_70b_model_on_a_48gb_card(qlora_70b):
 
 def test_the_70b_claim_reads_holds(qlora_70b):
     rows = [r for r in claims.evaluate(table.to_frame([qlora_70b])) if r["key"] == "qlora-70b"]
-    assert [r["verdict"] for r in rows] == [claims.HOLDS], rows
+    assert [r["verdict"] for r in rows] == [claim.HOLDS], rows
 
 
 def test_8b_qlora_fits_a_t4_at_1024(tmp_path):

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tests.records import SPEED_COST, SPEED_ESTIMATE, loss_details
-from bench.records import atomic, record
+from bench.records import atomic, checks, record
 from bench.spec import matrix
 from tests.helpers import REPO
 
@@ -50,14 +50,14 @@ def test_blank_has_every_field_and_what_the_report_needs(specs):
     srec = record.blank(sim)
     assert srec["knobs"]["dist"] == "zero3" and srec["knobs"]["world_size"] == 4
     assert srec["verdict_gpu_memory_bytes"] == {"l40s": 47576711168, "h100-80gb": 85045477376}
-    assert record.problems(record.failure(sim, "skipped", "why")) == []
+    assert checks.problems(record.failure(sim, "skipped", "why")) == []
 
 
 def test_ok_record_passes_and_breakdown_must_sum_to_peak(specs):
     rec = ok_record(specs["tiny-llama__cpu__gc"])
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
     rec["peak_bytes"] += 1
-    assert any(f"sums to {10 * len(record.CATEGORIES)}" in p for p in record.problems(rec))
+    assert any(f"sums to {10 * len(record.CATEGORIES)}" in p for p in checks.problems(rec))
 
 
 def test_a_record_older_than_the_kv_cache_category_still_holds(specs):
@@ -65,16 +65,16 @@ def test_a_record_older_than_the_kv_cache_category_still_holds(specs):
     rec = ok_record(specs["tiny-llama__cpu__gc"])
     del rec["breakdown_bytes"]["kv_cache"]
     rec["peak_bytes"] -= 10
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
     del rec["breakdown_bytes"]["other"]
-    assert any("breakdown_bytes keys" in p for p in record.problems(rec))
+    assert any("breakdown_bytes keys" in p for p in checks.problems(rec))
 
 
 def test_missing_categories_and_wrong_provenance_are_caught(specs):
     rec = ok_record(specs["tiny-llama__cpu__gc"])
     del rec["breakdown_bytes"]["other"]
     rec["provenance"] = "cuda-measured"
-    found = " | ".join(record.problems(rec))
+    found = " | ".join(checks.problems(rec))
     assert "breakdown_bytes keys" in found and "does not match mode 'cpu'" in found
 
 
@@ -82,60 +82,60 @@ def test_failure_records_need_a_reason_and_keep_the_last_line(specs):
     spec = specs["tiny-llama__cpu__gc"]
     rec = record.failure(spec, "error", "Traceback...\n  File x\nValueError: boom\n")
     assert rec["status"] == "error" and rec["reason"] == "ValueError: boom"
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
     rec["reason"] = ""
-    assert record.problems(rec) == ["status 'error' without a reason"]
+    assert checks.problems(rec) == ["status 'error' without a reason"]
     with pytest.raises(AssertionError):
         record.failure(spec, "ok", "fine")
 
 
 def test_knobs_must_be_there_and_say_what_ran(specs):
     rec = ok_record(specs["tiny-llama__sim__zero3+w4"])
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
     del rec["knobs"]
-    assert record.problems(rec) == ["missing key 'knobs'"]
+    assert checks.problems(rec) == ["missing key 'knobs'"]
     rec = ok_record(specs["tiny-llama__sim__zero3+w4"])
     rec["knobs"] = {"gc": True}
-    assert "are not the catalogue's knobs" in " ".join(record.problems(rec))
+    assert "are not the catalogue's knobs" in " ".join(checks.problems(rec))
     rec = ok_record(specs["tiny-llama__sim__zero3+w4"])
     rec["world_size"] = 2
-    assert "knobs say world_size 4, the record ran 2" in record.problems(rec)
+    assert "knobs say world_size 4, the record ran 2" in checks.problems(rec)
 
 
 def test_ok_sim_records_need_verdicts_for_their_gpus(specs):
     rec = ok_record(specs["tiny-llama__sim__zero3+w4"])
     rec["verdicts"] = None
-    assert any("an ok sim record has verdicts" in p for p in record.problems(rec))
+    assert any("an ok sim record has verdicts" in p for p in checks.problems(rec))
     rec["verdicts"] = {"l40s": "fits"}
-    assert "verdicts for ['l40s'] but capacities for ['h100-80gb', 'l40s']" in record.problems(rec)
+    assert "verdicts for ['l40s'] but capacities for ['h100-80gb', 'l40s']" in checks.problems(rec)
     rec["verdicts"] = {"l40s": "fits", "h100-80gb": "maybe"}
-    assert any("is not {gpu: fits|tight|oom}" in p for p in record.problems(rec))
+    assert any("is not {gpu: fits|tight|oom}" in p for p in checks.problems(rec))
     rec = ok_record(specs["tiny-llama__sim__zero3+w4"])
     rec["verdict_gpu_memory_bytes"] = {}
-    assert any("judged against at least one GPU" in p for p in record.problems(rec))
+    assert any("judged against at least one GPU" in p for p in checks.problems(rec))
     cpu = ok_record(specs["tiny-llama__cpu__gc"])
     cpu["gpu_memory_bytes"] = None
-    assert any("not the capacity of the cpu device" in p for p in record.problems(cpu))
+    assert any("not the capacity of the cpu device" in p for p in checks.problems(cpu))
 
 
 def test_details_the_report_reads_are_checked(specs):
     rec = ok_record(specs["tiny-llama__sim__zero3+w4"])
     del rec["details"]["verdict_rule"], rec["details"]["zero_partitioning"]
     rec["details"]["peers"] = "none"
-    found = record.problems(rec)
+    found = checks.problems(rec)
     assert "details.verdict_rule missing on a record of kind 'sim ok'" in found
     assert "details.zero_partitioning missing on a record of kind 'sim ok sharded'" in found
     assert "details.peers is str, the report reads a list" in found
     failed = record.failure(specs["tiny-llama__sim__zero3+w4"], "oom", "too big")
-    assert record.problems(failed) == []          # a failure need not carry what an ok record proves
+    assert checks.problems(failed) == []          # a failure need not carry what an ok record proves
 
 
 def test_a_record_whose_model_holds_no_state_is_caught(specs):
     rec = ok_record(specs["tiny-llama__sim__zero3+w4"])
     rec["details"]["model_state_bytes"] = 123
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
     rec["details"]["model_state_bytes"] = 0  # read from an empty phase (opt-in-bwd has no optimizer step)
-    assert any("details.model_state_bytes is 0" in p for p in record.problems(rec))
+    assert any("details.model_state_bytes is 0" in p for p in checks.problems(rec))
 
 
 def test_the_contract_lists_every_details_key_the_report_reads():
@@ -153,8 +153,8 @@ def test_problems_never_raises_on_corrupt_values(specs, field):
         for junk in (None, True, -1, 1.5, "x", [], [1, "a"], {}, {"a": None}):
             rec = ok_record(spec)
             rec[field] = junk
-            assert isinstance(record.problems(rec), list)
-    assert record.problems([1, 2]) == ["a record is a JSON object, not list"]
+            assert isinstance(checks.problems(rec), list)
+    assert checks.problems([1, 2]) == ["a record is a JSON object, not list"]
 
 
 def test_atomic_writes_replace_whole_files_and_leave_no_temporaries(tmp_path):
@@ -190,13 +190,13 @@ def test_speed_model_entries_are_modelled_and_say_why_when_missing(specs):
     rec = ok_record(specs["tiny-llama__sim__zero3+w4"])
     model = rec["details"]["speed_model"]
     model["t4"] = {"step_s": None, "tokens_per_s": None, "provenance": "modelled", "how": "x", "why": "no bf16"}
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
     model["t4"].pop("why")
-    assert any("does not say why" in p for p in record.problems(rec))
+    assert any("does not say why" in p for p in checks.problems(rec))
     model["t4"] = dict(SPEED_ESTIMATE, provenance="measured")
-    assert any("not 'modelled'" in p for p in record.problems(rec))
+    assert any("not 'modelled'" in p for p in checks.problems(rec))
     model["t4"] = dict(SPEED_ESTIMATE, step_s=-1)
-    assert any("positive number" in p for p in record.problems(rec))
+    assert any("positive number" in p for p in checks.problems(rec))
     del model["t4"]
     rec["details"]["step_cost"].pop("bytes_moved")
-    assert record.problems(rec) == ["details.step_cost lacks bytes_moved"]
+    assert checks.problems(rec) == ["details.step_cost lacks bytes_moved"]

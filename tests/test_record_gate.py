@@ -1,4 +1,4 @@
-"""One gate for records (bench/records/record.gate, issue 25): every reader (the fit CLI, the fits
+"""One gate for records (bench/records/checks.gate, issue 25): every reader (the fit CLI, the fits
 search's reuse, the table, the comparison page) refuses a record that breaks the contract or
 was made from other inputs (digests, knobs, shape) than the spec it answers for."""
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from bench import cli
-from bench.records import record
+from bench.records import checks
 from bench.search import fits
 from tests.test_record import SIM_STUDY, ok_record
 
@@ -39,11 +39,11 @@ EDITS = {
 def test_fit_never_answers_from_a_record_that_fails_the_gate(tmp_path, sim_spec, edit):
     here = {"torch": "2.13.0"}
     good = ok_record(sim_spec)
-    assert record.gate(good, sim_spec) == []
+    assert checks.gate(good, sim_spec) == []
     assert cli.stored_record(sim_spec, [_kept(tmp_path / "good.json", good, here)], here)[0] is not None
     bad = json.loads(json.dumps(good))
     EDITS[edit](bad)
-    assert record.gate(bad, sim_spec)
+    assert checks.gate(bad, sim_spec)
     assert cli.stored_record(sim_spec, [_kept(tmp_path / "bad.json", bad, here)], here) == (None, None)
 
 
@@ -69,5 +69,5 @@ def test_table_refuses_a_record_without_inputs_against_the_matrix(tmp_path, sim_
 
 
 def test_gate_never_raises_on_a_broken_record_or_spec(sim_spec):
-    assert record.gate(["not a record"], {"cell": "x"}) and record.gate({}, {"cell": "x"})
-    assert record.gate(ok_record(sim_spec), {"cell": "x"})   # a spec it cannot be checked against
+    assert checks.gate(["not a record"], {"cell": "x"}) and checks.gate({}, {"cell": "x"})
+    assert checks.gate(ok_record(sim_spec), {"cell": "x"})   # a spec it cannot be checked against

@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 
 from bench.spec import techniques
-from report import GIB, claims, plot_pareto, plot_steps, recommend, table
+from report import GIB, claim, claims, plot_pareto, plot_steps, recommend, table
 from tests.records import (ALL_OOM, BIG, CLAIM_BASE, RULE, M, N, ROOT, cpu, cpu_records, failed, made,  # noqa: F401
                            sim, sim_records, spec)
 
@@ -27,7 +27,7 @@ def verdicts_of(frame) -> dict:
 def test_every_claim_gets_a_verdict_with_its_thresholds(df):
     rows = claims.evaluate(df)
     assert {r["key"] for r in rows} == {c.key for c in claims.CLAIMS}
-    assert all(r["verdict"] in (claims.HOLDS, claims.PARTLY, claims.NOT, claims.UNMEASURED, claims.UNMEASURABLE)
+    assert all(r["verdict"] in (claim.HOLDS, claim.PARTLY, claim.NOT, claim.UNMEASURED, claim.UNMEASURABLE)
                for r in rows)
     assert all(r["thresholds"] and r["why"] for r in rows)
     got = {k: r["verdict"] for k, r in verdicts_of(df).items()}

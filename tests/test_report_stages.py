@@ -7,7 +7,7 @@ import pytest
 
 from bench.estimate import verdicts
 from bench.spec import techniques, workloads
-from report import GIB, build, claims, stage_claim, stages, table
+from report import GIB, build, claim, claims, stage_claim, stages, table
 from tests.records import made, spec
 
 L40S = 47576711168
@@ -46,14 +46,14 @@ def test_the_claim_holds_when_the_training_process_sits_in_the_window():
     """5 GiB of training (+ reserve) leaves 38.2 GiB free: under 0.95 x 44.3, over 0.8 x 44.3."""
     df = frame(5)
     row = claim_row(df)
-    assert row["verdict"] == claims.HOLDS, row
+    assert row["verdict"] == claim.HOLDS, row
     assert any("beside the fine-tune: 0.95 fails, 0.8 starts" in e for e in row["evidence"])
     assert "0.95" in row["statement"] and "0.8" in row["statement"] and str(stage_claim.LIMITS["from"]) in row["thresholds"]
 
 
 def test_the_claim_does_not_hold_when_nothing_or_too_much_is_beside_it():
     row = claim_row(frame(20))  # 20 GiB of training: neither value starts beside it; alone both start
-    assert row["verdict"] == claims.NOT, row
+    assert row["verdict"] == claim.NOT, row
     assert any("alone: 0.95 starts, 0.8 starts" in e and "beside the fine-tune: 0.95 fails, 0.8 fails" in e
                for e in row["evidence"])
 

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from bench.records import record
+from bench.records import checks, record
 from bench.spec import matrix
 from report import build, table
 from report.table_check import TableError
@@ -67,7 +67,7 @@ def test_committed_reference_cells_each_give_a_row_and_never_a_false_ok():
     for path in paths:
         rec = json.loads(path.read_text())["benchmarks"][0]["extra_info"]
         row = frame.loc[rec["cell"]]
-        if record.problems(rec):
+        if checks.problems(rec):
             assert row["status"] == "error" and row["reason"].startswith("record breaks the contract"), rec["cell"]
         else:
             assert row["status"] == rec["status"]

@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
-from bench.records import atomic, record
+from bench.records import atomic, checks, record
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
@@ -35,7 +35,7 @@ def test_records_come_back_through_benchmark_extra_info(together):
     _, recs = together
     assert sorted(recs) == ["tiny-llama__cpu__baseline", "tiny-llama__cpu__gc"]
     for rec in recs.values():
-        assert record.problems(rec) == [], rec["cell"]
+        assert checks.problems(rec) == [], rec["cell"]
         assert rec["status"] == "ok" and rec["mode"] == "cpu" and rec["provenance"] == "cpu-measured"
         assert sum(rec["breakdown_bytes"].values()) == rec["peak_bytes"]
         assert rec["tokens_per_s"] > 0 and rec["host_peak_rss_bytes"] > rec["peak_bytes"] // 2

@@ -3,7 +3,7 @@ say what a CUDA device would allocate, a verdict per GPU, FLOPs, peers, and the 
 nothing was allocated (the worker's host RSS), for a 7B and a 70B model."""
 import pytest
 
-from bench.records import record
+from bench.records import checks
 from bench.runner import launch
 from bench.spec import matrix
 
@@ -29,7 +29,7 @@ def records(tmp_path_factory):
 def test_full_size_fp32_adamw_step(records, cell):
     rec = records[cell]
     assert rec["status"] == "ok", rec["reason"] + rec["log_tail"]
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []
     assert rec["provenance"] == "simulated" and rec["gpu"] == "sim"
     assert sum(rec["breakdown_bytes"].values()) == rec["peak_bytes"]
     assert rec["peak_bytes"] >= 16 * rec["params_total"]  # weights, gradients, two Adam moments
@@ -69,4 +69,4 @@ def test_deepspeed_bf16_runs_in_sim_with_fp32_master_weights(records):
 def test_what_sim_cannot_run_is_a_skipped_record(records, cell):
     rec = records[cell]
     assert rec["status"] == "skipped" and rec["reason"]
-    assert record.problems(rec) == []
+    assert checks.problems(rec) == []

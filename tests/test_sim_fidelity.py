@@ -10,7 +10,7 @@ import bitsandbytes  # noqa: F401
 import peft  # noqa: F401
 from bench.spec import matrix
 from bench.worker import models, train
-from bench.worker.sim import simulate
+from bench.worker.sim import measure
 from bench.worker.memtrack import MemTracker
 
 pytestmark = pytest.mark.slow
@@ -43,7 +43,7 @@ def bnb_warm(cells):
 def test_sim_counts_what_a_real_cpu_run_counts(cells, bnb_warm, technique):
     spec = cells[f"tiny-llama__cpu__{technique}"]
     real = train.train(spec, "cpu", MemTracker())
-    sim, _, _ = simulate.simulate_step(spec, cuda_model=False)
+    sim, _, _ = measure.simulate_step(spec, cuda_model=False)
     assert {k: sim[k] for k in KEYS} == {k: real[k] for k in KEYS}
     assert sim["details"]["param_dtypes"] == real["details"]["param_dtypes"]
     assert sim["details"]["optimizer_state_dtypes"] == real["details"]["optimizer_state_dtypes"]
@@ -52,8 +52,8 @@ def test_sim_counts_what_a_real_cpu_run_counts(cells, bnb_warm, technique):
 
 def test_cuda_rounding_counts_whole_blocks(cells):
     spec = cells["tiny-llama__cpu__baseline"]
-    exact, _, _ = simulate.simulate_step(spec, cuda_model=False)
-    cuda, tracker, _ = simulate.simulate_step(spec, cuda_model=True)
+    exact, _, _ = measure.simulate_step(spec, cuda_model=False)
+    cuda, tracker, _ = measure.simulate_step(spec, cuda_model=True)
     assert all(nbytes % 512 == 0 for _, nbytes, _ in tracker.live.values())
     assert all(v % 512 == 0 for v in cuda["breakdown_bytes"].values())
     assert cuda["peak_bytes"] >= exact["peak_bytes"]
@@ -73,8 +73,8 @@ def test_sim_loads_qlora_as_transformers_does(cells, bnb_warm):
     GPU load keeps in host memory, so only the fp32 variant is compared byte for byte."""
     spec = cells["tiny-llama__cpu__qlora-fp32"]
     real = train.train(spec, "cpu", MemTracker())
-    sim, _, _ = simulate.simulate_step(spec, cuda_model=False)
+    sim, _, _ = measure.simulate_step(spec, cuda_model=False)
     assert sim["details"]["build_peak_bytes"] == real["details"]["build_peak_bytes"]
-    bf16, _, _ = simulate.simulate_step(cells["tiny-llama__cpu__qlora"], cuda_model=False)
+    bf16, _, _ = measure.simulate_step(cells["tiny-llama__cpu__qlora"], cuda_model=False)
     weights = bf16["breakdown_bytes"]["parameters"]
     assert bf16["details"]["build_peak_bytes"] < 1.1 * weights  # never the 16-bit model on the device

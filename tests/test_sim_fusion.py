@@ -119,9 +119,9 @@ def compiled_cells(tmp_path_factory):
 
 def _phases(spec, sim: bool) -> dict:
     from bench.worker import train
-    from bench.worker.sim import simulate
+    from bench.worker.sim import measure
     torch._dynamo.reset()
-    out = simulate.simulate_step(spec, cuda_model=False)[0] if sim else train.train(spec, "cpu", MemTracker())
+    out = measure.simulate_step(spec, cuda_model=False)[0] if sim else train.train(spec, "cpu", MemTracker())
     return {k: v for k, v in out["phase_peak_bytes"].items() if k in ("forward", "backward")}
 
 

@@ -10,7 +10,7 @@ import peft  # noqa: F401
 
 from bench.records import identical
 from bench.spec import matrix
-from bench.worker.sim import layers, simulate
+from bench.worker.sim import extension, layers, measure, simulate
 
 SIX = ["lora+gc+bf16", "qlora+gc", "baseline", "gc+bf16", "adamw8bit+gc+bf16", "opt-in-bwd+bf16"]
 # torchtune's offloading stash frees a tensor 5 saved ids after it, across layer boundaries: the
@@ -50,7 +50,7 @@ def test_extended_step_is_the_full_step(cells, model, technique):
     ext = layers.extended(spec, min_layers=5)
     assert ext is not None, "the extension did not verify (the worker log says why)"
     extended, ext_trace = _record(spec, ext)
-    full, full_trace = _record(spec, simulate.measure(spec))
+    full, full_trace = _record(spec, measure.measure(spec))
     assert [str(d) for d in identical.compare(full, extended)] == []
     assert ext_trace == full_trace
     assert full["details"]["lora_modules" if "lora" in technique else "param_dtypes"]  # a real record
@@ -73,7 +73,7 @@ def test_an_extension_that_does_not_verify_runs_the_full_step(cells, monkeypatch
     assert layers.eligible(spec) == ""
     assert layers.extended(spec) is None
     ran = json.loads(json.dumps({k: v for k, v in simulate.run(spec).items() if k != "_trace"}))
-    full, _ = _record(spec, simulate.measure(spec))
+    full, _ = _record(spec, measure.measure(spec))
     assert [str(d) for d in identical.compare(full, ran)] == []
 
 
@@ -92,20 +92,20 @@ def test_ineligible_cells_run_the_full_step(cells, tmp_path):
 
 
 def test_linear_refuses_what_is_not_linear():
-    assert layers.linear({"a": 10, "b": [1, "x"]}, {"a": 13, "b": [1, "x"]}, {"a": 16, "b": [1, "x"]}, 5, "r") \
+    assert extension.linear({"a": 10, "b": [1, "x"]}, {"a": 13, "b": [1, "x"]}, {"a": 16, "b": [1, "x"]}, 5, "r") \
         == {"a": 25, "b": [1, "x"]}
-    with pytest.raises(layers.NotExact, match="not linear"):
-        layers.linear({"a": 10}, {"a": 13}, {"a": 17}, 5, "r")
-    with pytest.raises(layers.NotExact, match="differ"):
-        layers.linear({"a": 0.5}, {"a": 0.5}, {"a": 0.6}, 5, "r")
-    with pytest.raises(layers.NotExact, match="keys"):
-        layers.linear({"a": 1}, {"a": 1, "b": 2}, {"a": 1, "b": 2}, 5, "r")
+    with pytest.raises(extension.NotExact, match="not linear"):
+        extension.linear({"a": 10}, {"a": 13}, {"a": 17}, 5, "r")
+    with pytest.raises(extension.NotExact, match="differ"):
+        extension.linear({"a": 0.5}, {"a": 0.5}, {"a": 0.6}, 5, "r")
+    with pytest.raises(extension.NotExact, match="keys"):
+        extension.linear({"a": 1}, {"a": 1, "b": 2}, {"a": 1, "b": 2}, 5, "r")
 
 
 def _trace(events):
-    cols = {k: [] for k in layers.COLUMNS}
+    cols = {k: [] for k in extension.COLUMNS}
     for ev in events:
-        for k, v in zip(layers.COLUMNS, ev):
+        for k, v in zip(extension.COLUMNS, ev):
             cols[k].append(v)
     return {"columns": cols, "categories": ["a", "b"]}
 
@@ -127,12 +127,12 @@ def test_trace_pumping_on_a_layered_sequence():
             s = live.pop()
             events.append((0, s, 0, 0, 2, 0, 1))
         return _trace(events)
-    a, b, c, six = (layers.encode(run(n)) for n in (2, 3, 4, 6))
-    blocks = layers.insertions(a, b)
+    a, b, c, six = (extension.encode(run(n)) for n in (2, 3, 4, 6))
+    blocks = extension.insertions(a, b)
     assert blocks is not None
-    assert layers.pump(a, blocks, 2) == c
-    assert layers.decode(layers.pump(a, blocks, 4), ["a", "b"]) == run(6)["columns"]
-    assert six == layers.pump(a, blocks, 4)
+    assert extension.pump(a, blocks, 2) == c
+    assert extension.decode(extension.pump(a, blocks, 4), ["a", "b"]) == run(6)["columns"]
+    assert six == extension.pump(a, blocks, 4)
 
 
 @pytest.mark.slow
@@ -140,5 +140,5 @@ def test_a_cell_that_does_not_extend_gets_the_full_steps_record(cells):
     spec = cells[f"seven-tiny-llama__sim__{FALLS_BACK}"]
     assert layers.extended(spec, min_layers=5) is None
     run = json.loads(json.dumps({k: v for k, v in simulate.run(spec).items() if k != "_trace"}))
-    full, _ = _record(spec, simulate.measure(spec))
+    full, _ = _record(spec, measure.measure(spec))
     assert [str(d) for d in identical.compare(full, run)] == []

@@ -7,7 +7,7 @@ from itertools import pairwise
 
 import pytest
 
-from bench.records import record
+from bench.records import checks
 from bench.runner import launch
 from bench.spec import matrix
 
@@ -28,7 +28,7 @@ def recs(tmp_path_factory):
     out = {}
     for cell, spec in cells.items():
         rec = launch.run_cell(spec, folder / "logs" / f"{cell}.worker.log")
-        assert rec["status"] == "ok" and record.problems(rec) == [], rec["reason"] + rec["log_tail"]
+        assert rec["status"] == "ok" and checks.problems(rec) == [], rec["reason"] + rec["log_tail"]
         out["+".join(rec["techniques"])] = rec
     return out
 

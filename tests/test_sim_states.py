@@ -18,7 +18,7 @@ import pytest
 import bitsandbytes  # noqa: F401 - constants created outside the runs
 import peft  # noqa: F401
 from bench.spec import matrix
-from bench.worker.sim import simulate
+from bench.worker.sim import measure, simulate
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,7 @@ def states(tmp_path_factory):
     cells = matrix.load(write_matrix(tmp_path_factory.mktemp("states"), {"s": study}))
     out = {}
     for _cell, spec in cells.items():
-        rec, tracker, fake = simulate.simulate_step(spec, cuda_model=False)
+        rec, tracker, fake = measure.simulate_step(spec, cuda_model=False)
         model = fake.session.model
         numels = [p.numel() for p in model.parameters()]
         buffers = sum(b.numel() * b.element_size() for b in model.buffers())

@@ -4,7 +4,7 @@ dropped counted. Real tensors under the real tracker."""
 import torch
 
 from bench.estimate import replay
-from bench.worker import memtrack
+from bench.worker import memtrace, memtrack
 
 
 def test_each_storage_once_with_op_phase_step_and_final_category():
@@ -30,7 +30,7 @@ def test_each_storage_once_with_op_phase_step_and_final_category():
 
 
 def test_the_trace_is_bounded_and_says_what_it_dropped(monkeypatch):
-    monkeypatch.setattr(memtrack, "MAX_TRACE_EVENTS", 3)
+    monkeypatch.setattr(memtrace, "MAX_TRACE_EVENTS", 3)
     t = memtrack.MemTracker()
     with t:
         xs = [torch.zeros(10) for _ in range(5)]
@@ -58,5 +58,5 @@ def test_frees_with_no_allocation_between_are_written_in_allocation_order():
 def test_canonical_frees_keeps_allocations_in_place_and_splits_runs_at_step_or_phase():
     ev = [(1, 1, 8, 0, 1, 0), (1, 2, 8, 0, 1, 0), (0, 2, 0, 1), (0, 1, 0, 2), (1, 3, 8, 0, 2, 0),
           (1, 4, 8, 0, 2, 0), (0, 4, 0, 2), (0, 3, 0, 2)]
-    out = memtrack.canonical_frees(ev)
+    out = memtrace.canonical_frees(ev)
     assert [e[:2] for e in out] == [(1, 1), (1, 2), (0, 2), (0, 1), (1, 3), (1, 4), (0, 3), (0, 4)]

@@ -159,7 +159,7 @@ def test_a_cell_that_now_fails_says_so_once_with_its_reason(tmp_path):
 
 
 def test_a_record_edited_away_from_its_own_spec_is_refused(tmp_path):
-    """record.gate: a record whose inputs (digests, knobs, shape) are not those of the cell spec
+    """checks.gate: a record whose inputs (digests, knobs, shape) are not those of the cell spec
     stored beside it is not compared, and the comparison says why."""
     old, new = folder(tmp_path / "a"), folder(tmp_path / "b")
     edit(new, SIM, lambda r: r.update(inputs_sha256={}))

@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 
 from bench.spec import techniques as tech
-from bench.spec.matrix import SAFE_LOADER, MatrixError, _one_line, _Validator
+from bench.spec.matrixfile import SAFE_LOADER, MatrixError, Validator, one_line
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = ROOT / "matrix" / "published" / "corpus.yaml"
@@ -89,7 +89,7 @@ def _read(path: Path):
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
-        raise PublishedError(path, "", f"not valid YAML (safe subset, no duplicate keys): {_one_line(exc)}") from None
+        raise PublishedError(path, "", f"not valid YAML (safe subset, no duplicate keys): {one_line(exc)}") from None
 
 
 def _schema() -> dict:
@@ -97,7 +97,7 @@ def _schema() -> dict:
 
 
 def _check_schema(path: Path, doc) -> None:
-    errors = sorted(_Validator(_schema()).iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
+    errors = sorted(Validator(_schema()).iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
     if not errors:
         return
     err = errors[0]
@@ -114,7 +114,7 @@ def _check_schema(path: Path, doc) -> None:
                 key = f"{label}.{missing}"
     else:
         key = ".".join(map(str, parts))
-    raise PublishedError(path, key, _one_line(err.message))
+    raise PublishedError(path, key, one_line(err.message))
 
 
 def _gpu_profiles(gpus_file) -> set[str]:
@@ -139,7 +139,7 @@ def _check_row(path: Path, where: str, row: dict, models: set, gpus: set) -> Non
         try:
             tech.knobs(row["techniques"].split("+"))
         except (KeyError, ValueError) as exc:
-            raise PublishedError(path, f"{where}.techniques", _one_line(exc.args[0] if exc.args else exc)) from None
+            raise PublishedError(path, f"{where}.techniques", one_line(exc.args[0] if exc.args else exc)) from None
     want = gib(row["value"], row["unit"])
     if abs(row["value_gib"] - want) > TOLERANCE * want:
         raise PublishedError(path, f"{where}.value_gib",

@@ -252,7 +252,7 @@ def summary(scored: list[dict]) -> list[dict]:
 
 def _gpus() -> dict:
     import yaml
-    from bench.spec.matrix import SAFE_LOADER
+    from bench.spec.matrixfile import SAFE_LOADER
     return yaml.load(published.GPUS_FILE.read_text(), Loader=SAFE_LOADER) or {}
 
 

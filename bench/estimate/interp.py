@@ -10,7 +10,7 @@ length (degree 2: attention scores B x H x L x L where they exist) at a fixed ba
 batch size (degree 1) at a fixed length. ``from_traces`` checks that, exactly, in integers:
 
 - every trace has the same events (kind, serial, step, phase, op, category), op names and
-  reset point, and none dropped events (bench/worker/memtrack.py MAX_TRACE_EVENTS);
+  reset point, and none dropped events (bench/worker/memtrace.py MAX_TRACE_EVENTS);
 - the polynomial through the first ``degree + 1`` shapes gives, for every event, exactly the
   bytes of each further shape (at least one further shape is required: the check).
 

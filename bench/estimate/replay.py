@@ -26,7 +26,9 @@ import json
 import pickle
 import sys
 
-from bench.estimate.allocator import SOURCE, Allocator, OutOfMemory
+from bench.estimate import pools
+from bench.estimate.allocator import SOURCE, Allocator
+from bench.estimate.pools import OutOfMemory
 
 # the op name of allocations made in CUDA unified memory (bitsandbytes' paged optimizer states,
 # cudaMallocManaged): outside the caching allocator, paged to host memory by the driver under
@@ -159,7 +161,7 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
         "load_end_allocated_bytes": (load_end or (a.reserved, a.allocated))[1],
     }
     if snapshot:
-        out["snapshot"] = {"segments": a.segments_snapshot(blocks.values()),
+        out["snapshot"] = {"segments": pools.segments_snapshot(a, blocks.values()),
                            "device_traces": [log[-SNAPSHOT_MAX_ENTRIES:]],
                            "dropped_trace_entries": max(0, len(log) - SNAPSHOT_MAX_ENTRIES)}
     return out

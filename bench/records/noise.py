@@ -6,22 +6,12 @@ runs each named cell ``--repeat`` times, each in its own isolated worker (bench.
 one after another, never side by side), and prints each run's tokens/s, its deviation from
 the cell's median and from the reference record. Torch-free.
 
-``CPU_THROUGHPUT_BAND`` is derived from two such runs (3 cells x 3 repeats, 2026-11-23, the
-reference's 2-core machine, shared with other developers' test runs; the output of both is in
-results/reference/throughput-noise.txt):
-
-- run 2, load average 10 to 18 throughout: repeats of one cell spread from -16.7% to +37.5%
-  around their median (baseline 37.9/33.5/32.1 tokens/s, lora 42.6/51.2/67.6, qwen2 gc
-  53.5/38.9/37.4);
-- run 1, load moving between 3 and 7: from -30.5% to +105.2% (qwen2 gc 482.2/235.0/195.4);
-- the reference run's own repeat (baseline and fp32+adamw+sdpa run the same step, 11 minutes
-  apart): 871.4 and 914.5 tokens/s, 4.9% apart.
-
-The band is the largest spread among repeats under steady load, 37.5%, rounded up: ±40%. It
-still catches a step twice as slow (-50%). It cannot cover a change of load: against the
-reference, every rerun on the loaded machine was 43% to 96% slower (medians), with bytes
-identical. So a rerun on a busy machine reports throughput differences, and bench.reproduce
-prints the load beside them.
+``CPU_THROUGHPUT_BAND`` (±40%) is the largest spread of one cell's repeats around their median
+under steady load (37.5%, rounded up), from two such runs of 3 cells x 3 repeats on the
+reference's shared 2-core machine (their output: results/reference/throughput-noise.txt). It
+still catches a step twice as slow (-50%). It cannot cover a change of load between the
+reference and a rerun (a loaded machine runs every cell slower, bytes identical), so
+bench.reproduce prints the load beside any throughput difference.
 """
 from __future__ import annotations
 

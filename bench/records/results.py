@@ -4,7 +4,7 @@ Torch-free; used by ``bench.reproduce`` and ``report.versus``. ``read(dir)`` nev
 bad content: every file that cannot be used becomes a ``Problem`` naming the file and what is
 wrong with it (missing folder, no cells, truncated or corrupt JSON, no benchmark or no record
 inside, a record that breaks the contract of bench/records/record.py, a record filed under another
-cell's name, a record that fails the record gate, bench/records/record.gate: its contract, and its inputs
+cell's name, a record that fails the record gate, bench/records/checks.gate: its contract, and its inputs
 against the cell spec stored beside it). A caller that finds problems must say its result is
 incomplete.
 """
@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.records import record
+from bench.records import checks
 
 
 @dataclass(frozen=True)
@@ -94,9 +94,9 @@ def read_one(rs: ResultSet, path: Path) -> None:
     params = bench[0].get("params")
     spec = params.get("cell_spec") if isinstance(params, dict) else None
     spec = spec if isinstance(spec, dict) else None
-    broken = record.gate(rec, spec)  # the contract, and the inputs against the spec the file says it ran
+    broken = checks.gate(rec, spec)  # the contract, and the inputs against the spec the file says it ran
     if broken:
-        what = "does not match the cell spec it was run from" if not record.problems(rec) else \
+        what = "does not match the cell spec it was run from" if not checks.problems(rec) else \
             "breaks the record contract"
         rs.problems.append(Problem(name, f"{what}: " + "; ".join(broken)))
         return

@@ -49,12 +49,14 @@ import sys
 import time
 from pathlib import Path
 
-from bench.estimate import interp, replay, verdicts
-from bench.records import atomic, record
+from bench.estimate import replay, verdicts
+from bench.records import atomic, checks
 from bench.search.fits_csv import BATCH_LIMIT, RESOLUTION_TOKENS, collect, row, seq_limit
+from bench.search.shapes import SearchError, Shapes, judged_bytes
 
 EXACT_BUDGET = 6  # full simulations per axis where interpolation is not exact
 DIST_BUDGET = 12  # full simulations per axis for a ZeRO/FSDP cell (bisection over a 512-point grid: 11)
+
 
 def not_searched(spec: dict, per_rank: bool = False) -> str | None:
     """Why this cell gets no search (an ``error`` row), or None. ``per_rank``: search ZeRO/FSDP
@@ -74,87 +76,6 @@ def not_searched(spec: dict, per_rank: bool = False) -> str | None:
                 f"simulation (up to {2 * DIST_BUDGET} per GPU, minutes for a 70B model), so the matrix's searches "
                 "leave it out; `ft-membench fit` searches it")
     return None
-
-
-class Shapes:
-    """The modelled reserved peak of one cell at any (batch, seq): by interpolated trace
-    where that is exact, else by simulation; every answer cached."""
-
-    def __init__(self, spec: dict, simulate, log_dir=None, simulate_many=None):
-        self.spec, self.simulate, self.log_dir = spec, simulate, log_dir
-        self.simulate_many = simulate_many
-        self.traces: dict[tuple[int, int], dict] = {}   # simulated (batch, seq) -> trace
-        self.reserved: dict[tuple[int, int], int] = {}
-        self.simulated: list[dict] = []                 # what was simulated, and how long it took
-        self.fits: dict[str, interp.AxisFit | None] = {}
-        self.why_not: dict[str, str] = {}
-
-    def shape_spec(self, batch: int, seq: int) -> dict:
-        return dict(self.spec, batch_size=batch, seq_len=seq)
-
-    def trace(self, batch: int, seq: int) -> dict:
-        if (batch, seq) not in self.traces:
-            self.prefetch([(batch, seq)])
-        return self.traces[(batch, seq)]
-
-    def prefetch(self, points) -> None:
-        """Simulate the shapes of ``points`` not simulated yet (concurrently where the
-        simulator runs several at a time)."""
-        todo = [p for p in dict.fromkeys(points) if p not in self.traces]
-        if not todo:
-            return
-        jobs = [(self.shape_spec(b, s), Path(self.log_dir, f"b{b}-s{s}.log") if self.log_dir else None)
-                for b, s in todo]
-        t0 = time.monotonic()
-        recs = self.simulate_many(jobs) if self.simulate_many else [self.simulate(*job) for job in jobs]
-        took = round((time.monotonic() - t0) / len(todo), 2)
-        for (batch, seq), rec in zip(todo, recs):
-            if rec.get("status") != "ok" or "_trace" not in rec:
-                raise SearchError(f"simulation at batch {batch} x {seq} tokens: {rec.get('status')}: "
-                                  f"{rec.get('reason') or 'no allocation trace'}")
-            self.traces[(batch, seq)] = rec["_trace"]
-            self.reserved[(batch, seq)] = _judged_bytes(rec)
-            self.simulated.append({"batch": batch, "seq": seq, "s": took,
-                                   "reserved_peak_bytes": rec["modelled_reserved_peak_bytes"]})
-
-    def add(self, batch: int, seq: int, trace: dict, reserved: int) -> None:
-        """A trace simulated elsewhere (the cell's own run, same inputs)."""
-        self.traces[(batch, seq)] = trace
-        self.reserved[(batch, seq)] = reserved
-        self.simulated.append({"batch": batch, "seq": seq, "s": 0.0, "reserved_peak_bytes": reserved,
-                               "reused": "the cell's own record and trace"})
-
-    def axis(self, name: str, points: list[tuple[int, int]], degree: int) -> None:
-        """Fit axis ``name`` ('seq' at batch 1, 'batch' at the study's length) from ``points``."""
-        try:
-            by_x = {(s if name == "seq" else b): self.trace(b, s) for b, s in points}
-            self.fits[name] = interp.AxisFit.from_traces(by_x, degree)
-        except interp.NotExact as exc:
-            self.fits[name], self.why_not[name] = None, str(exc)
-
-    def peak(self, batch: int, seq: int, name: str) -> int:
-        key = (batch, seq)
-        if key not in self.reserved:
-            fit = self.fits.get(name)
-            if fit is None or self.spec["knobs"]["dist"] or (name == "batch" and batch < fit.xs[0]):
-                self.trace(batch, seq)  # simulated: sets reserved
-            else:
-                t = fit.at(seq if name == "seq" else batch)
-                self.reserved[key] = replay.replay(t, self.spec["knobs"]["alloc_conf"], points=1)["reserved_peak_bytes"]
-        return self.reserved[key]
-
-
-def _judged_bytes(rec: dict) -> int:
-    """The bytes a shape is judged by: the modelled reserved peak, and for a ZeRO/FSDP cell at
-    least what one GPU holds while the model loads (bench/estimate/loadplan.py, the engine's placement),
-    so a load that does not fit answers 'none' as the cell's verdict does."""
-    load = (rec.get("details") or {}).get("load_phase") or {}
-    chosen = (load.get("placements") or {}).get(load.get("placement"), {})
-    return max(rec["modelled_reserved_peak_bytes"], chosen.get("gpu_bytes") or 0)
-
-
-class SearchError(RuntimeError):
-    pass
 
 
 def _largest(peak_at, n: int, caps: dict[str, int]) -> dict[str, tuple]:
@@ -206,19 +127,19 @@ def seq_points(study_seq: int, limit: int) -> list[int]:
 
 
 def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = None, simulate_many=None,
-           per_rank: bool = False) -> dict:
+           say=None, per_rank: bool = False) -> dict:
     """Rows of results/fits.csv for ``spec`` (one per GPU it is judged against) and the
     evidence behind them. ``simulate(spec, log_path) -> record`` (with ``_trace``) runs one
     shape; ``simulate_many([(spec, log_path), ...]) -> records`` runs several at once (the
     sample shapes are known up front); ``reuse``: (trace, reserved) of the cell at its own
-    shape, already simulated."""
+    shape, already simulated; ``say``: a line per simulation with the time left (bench/search/progress.py)."""
     t0 = time.monotonic()
     gpus = spec["verdict_gpus"] or {}
     why = not_searched(spec, per_rank)
     if why:
         return {"rows": [row(spec, g, {}, reason=why) for g in gpus], "simulated": [], "s": 0.0}
     accum = spec["knobs"]["accum"]
-    shapes = Shapes(spec, simulate, log_dir, simulate_many)
+    shapes = Shapes(spec, simulate, log_dir, simulate_many, say)
     if reuse is not None:
         shapes.add(spec["batch_size"], spec["seq_len"], *reuse)
     caps = {g: verdicts.capacity(p) for g, p in gpus.items()}
@@ -231,6 +152,7 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
             [(accum * k, spec["seq_len"]) for k in (2, 3, 4)]
         # the smallest shape first (with one more, for a second core): if it fits no GPU, nothing does
         first = [(accum, r)] + [p for p in points if p not in shapes.traces and p != (accum, r)][:1]
+        shapes.pace.plan(len({*first, *points} - set(shapes.traces)))
         shapes.prefetch(first)
         if shapes.reserved[(accum, r)] > max(caps.values(), default=0):
             return _none_rows(spec, gpus, shapes, t0)
@@ -333,19 +255,28 @@ def _reuse(spec: dict, results: Path):
     try:
         doc = json.loads(cell.read_text())
         rec = doc.get("benchmarks", [{}])[0].get("extra_info", doc) if "benchmarks" in doc else doc
-        if not isinstance(rec, dict) or rec.get("status") != "ok" or record.gate(rec, spec):
+        if not isinstance(rec, dict) or rec.get("status") != "ok" or checks.gate(rec, spec):
             return None
-        return replay.load(trace), _judged_bytes(rec)
+        return replay.load(trace), judged_bytes(rec)
     except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None
 
 
 def run_cell(spec: dict, out: Path, results: Path = Path("results"), jobs: int = 1) -> dict:
+    """Search ``spec`` and write ``out``. Inside a workflow run the simulations go to its warm
+    engine (bench/runner/simengine.py, $FT_MEMBENCH_SIM_ENGINE) when it takes this code's cells,
+    else to ``jobs`` warm servers of this search's own (bench/search/simpool.py): the same records
+    either way."""
+    import os
+
+    from bench.runner.simengine import ENV, EnginePool
     from bench.search.simpool import SimPool
-    with SimPool(jobs) as pool:
+    with EnginePool(os.environ.get(ENV), jobs, lambda: SimPool(jobs)) as pool:
         doc = search(spec, pool.run_cell, log_dir=results / "logs" / "fits" / spec["cell"],
-                     reuse=_reuse(spec, results), simulate_many=pool.run_many)
-    doc.update(cell=spec["cell"], inputs_sha256=spec["inputs_sha256"])
+                     reuse=_reuse(spec, results), simulate_many=pool.run_many,
+                     say=lambda m: print(m, file=sys.stderr, flush=True))
+    from bench.records import reuse
+    doc.update(cell=spec["cell"], inputs_sha256=spec["inputs_sha256"], versions=reuse.versions())
     atomic.write_json(out, doc)
     return doc
 

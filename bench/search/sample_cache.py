@@ -1,6 +1,6 @@
 """The fits search's sample simulations, kept across ``ft-membench fit`` questions.
 
-A search (bench/fits.py) simulates a few shapes of one model x technique and reads from each
+A search (bench/search/fits.py) simulates a few shapes of one model x technique and reads from each
 only its allocation trace and modelled reserved peak, neither of which depends on the GPU
 asked about: the GPUs enter afterwards, when the trace's peaks are set against each card's
 capacity (the search itself replays interpolated traces with no GPU at all). So a question
@@ -11,7 +11,7 @@ Key: the shape's spec without its GPU profiles (``verdict_gpus``, the ``gpus`` i
 its batch and length included, with the library versions and the engine's code digest
 (``versions``: bench/cli.versions): other code or other libraries simulate afresh. Stored:
 ``<folder>/<key>.json`` holding the status, the modelled reserved peak and the trace (written
-through bench/atomic.py); an unreadable or foreign file is simulated again, never trusted.
+through bench/records/atomic.py); an unreadable or foreign file is simulated again, never trusted.
 Where: ``$FT_MEMBENCH_CACHE/fit-samples`` (default ``results/cache/fit-samples``, the config
 check's folder). Torch-free.
 """
@@ -40,7 +40,7 @@ def key(spec: dict, versions: dict) -> str:
 
 
 class SampleCache:
-    """``run_cell`` / ``run_many`` as bench.simpool.SimPool's, answering seen shapes from disk.
+    """``run_cell`` / ``run_many`` as bench.search.simpool.SimPool's, answering seen shapes from disk.
     ``hits`` and ``misses`` count the shapes answered each way."""
 
     def __init__(self, pool, versions: dict, folder: Path | None = None, say=None):

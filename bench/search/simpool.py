@@ -22,6 +22,7 @@ import json
 import os
 import queue
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,15 +71,15 @@ class SimPool:
         finally:
             self._free.put(server)
 
-    def run_cell(self, spec: dict, log_path=None, keep_trace: bool = False) -> dict:
-        """The cell's record. A server that dies under it (killed, out of host memory) is
+    def run_cell(self, spec: dict, log_path=None, keep_trace: bool = False, trace_to=None) -> dict:
+        """The cell's record (``keep_trace``, ``trace_to``: see ``_Server.run_cell``). A server that dies under it (killed, out of host memory) is
         replaced and the cell run once more in the new one; if that dies too, the cell is an
         ``error`` record saying so: the caller's other answers are never lost to it."""
         server = self._take()
         try:
             for attempt in (1, 2):
                 try:
-                    return server.run_cell(spec, log_path, keep_trace)
+                    return server.run_cell(spec, log_path, keep_trace, trace_to)
                 except (PoolError, OSError) as exc:
                     server.discard()
                     if attempt == 2:
@@ -166,10 +167,13 @@ class _Server:
             raise PoolError(f"the warm sim server (bench/worker/sim/server.py) exited: {tail}")
         return json.loads(line)
 
-    def run_cell(self, spec: dict, log_path: str | os.PathLike | None = None, keep_trace: bool = False) -> dict:
+    def run_cell(self, spec: dict, log_path: str | os.PathLike | None = None, keep_trace: bool = False,
+                 trace_to: str | os.PathLike | None = None) -> dict:
         """The record of sim ``spec``, as bench.runner.launch.run_cell would give it, with the
         allocation trace read into ``_trace``; with ``keep_trace`` the trace file is also moved
-        beside ``log_path``'s folder (``results/traces/``), as the launcher does."""
+        beside ``log_path``'s folder (``results/traces/``), as the launcher does; with
+        ``trace_to`` it is moved there instead and not read (bench/runner/simengine.py's searches read
+        it on their side)."""
         if spec["mode"] != "sim":
             raise ValueError(f"{spec['cell']}: the warm pool runs sim cells only, not {spec['mode']}")
         if spec["skip_reason"]:
@@ -193,6 +197,10 @@ class _Server:
                 return record.failure(spec, "error", launch.exit_reason(done["exit"]), launch.tail(log))
             rec = json.loads(out_path.read_text())
             trace = Path(f"{out_path}.trace.json.gz")
+            if trace_to is not None:
+                if trace.is_file():
+                    shutil.move(trace, trace_to)
+                return rec
             if trace.is_file():
                 from bench.estimate import replay
                 rec["_trace"] = replay.load(trace)

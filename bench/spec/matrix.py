@@ -25,36 +25,14 @@ import json
 import math
 from pathlib import Path
 
-import jsonschema
-import yaml
-
-from bench.spec import inputs, modelref, yamlsafe
+from bench.spec import inputs, modelref
 from bench.spec import techniques as tech
 from bench.spec import workloads
+from bench.spec.matrixfile import SCHEMA, MatrixError, check_schema, load_gpus, read_json, read_yaml
 
 DEFAULT_MATRIX = Path(__file__).resolve().parents[2] / "matrix" / "default.yaml"
 SHAPE_KEYS = ("batch_size", "seq_len", "steps", "warmup_steps", "timeout_s", "seed")
 
-
-def _schema() -> dict:
-    """matrix.schema.json with each shape minimum from bench.spec.techniques.MINIMUMS (their one home)."""
-    schema = json.loads((Path(__file__).with_name("matrix.schema.json")).read_text())
-    for key, prop in schema["$defs"]["shape"]["properties"].items():
-        if key in tech.MINIMUMS:
-            prop["minimum"] = tech.MINIMUMS[key]
-        if key in tech.MAXIMUMS:
-            prop["maximum"] = tech.MAXIMUMS[key]
-    return schema
-
-
-SCHEMA = _schema()
-# "integer" means an int: not a bool (True is 1 in Python) and not a float such as 5e9
-_Validator = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer", lambda _checker, v: type(v) is int))
-
-SAFE_LOADER = yamlsafe.StrictLoader  # libyaml's safe loader where built, refusing duplicate keys
 
 NAME_MAX = 255  # bytes in one file name (ext4, xfs, btrfs, APFS)
 # Every file name made from a cell id; the longest sets how long an id may be.
@@ -68,13 +46,6 @@ ID_FILE_NAMES = (
 ID_MAX_BYTES = NAME_MAX - max(len(name.format(id="")) for name in ID_FILE_NAMES)
 
 
-class MatrixError(ValueError):
-    """A matrix file is wrong: the message names file, key and reason."""
-
-    def __init__(self, path, key: str, reason: str):
-        super().__init__(f"{path}: {key or '<top>'}: {reason}")
-
-
 def load(path=DEFAULT_MATRIX) -> dict[str, dict]:
     """Validate the matrix at ``path`` and return its cells, {cell id: spec}, in file order."""
     path = Path(path)
@@ -85,11 +56,11 @@ def expand(path) -> list[tuple[str, dict]]:
     """Every (key, spec) the studies of ``path`` expand to, duplicates included, where key
     is where the cell was asked for (``studies.<s>.techniques[<i>]``)."""
     path = Path(path)
-    doc = _read_yaml(path, what="matrix")
-    _check_schema(path, doc, SCHEMA)
+    doc = read_yaml(path, what="matrix")
+    check_schema(path, doc, SCHEMA)
     base = path.parent
     models_dir = _resolved(path, base / doc.get("models_dir", "models"), "models_dir")
-    gpus = _load_gpus(path, base, doc)
+    gpus = load_gpus(path, base, doc)
     digests: dict = {}  # {file: digest}, each input file read once per load
     models = _resolve_models(path, doc, models_dir)
     return [out for study, body in doc["studies"].items()
@@ -177,62 +148,6 @@ def cell_id(model: str, gpu: str, names: list[str]) -> str:
 
 def _sans_study(spec: dict) -> dict:
     return {k: v for k, v in spec.items() if k not in ("study", "baseline_cell")}
-
-
-def _read_yaml(path: Path, what: str):
-    """The document at ``path`` under YAML's safe loader: no tags that build Python objects."""
-    try:
-        return yamlsafe.load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise MatrixError(path, "", f"no such {what} file") from None
-    except UnicodeDecodeError as exc:
-        raise MatrixError(path, "", f"not UTF-8 text: byte {exc.object[exc.start]:#04x} at offset {exc.start}") from None
-    except OSError as exc:
-        raise MatrixError(path, "", f"cannot read the {what} file: {exc.strerror or exc}") from None
-    except yamlsafe.DuplicateKey as exc:
-        raise MatrixError(path, str(exc.key), str(exc)) from None
-    except yamlsafe.TooBig as exc:
-        raise MatrixError(path, exc.where, str(exc)) from None
-    except yaml.YAMLError as exc:
-        raise MatrixError(path, "", f"not valid YAML (safe subset, no Python tags): {_one_line(exc)}") from None
-
-
-def _read_json(path: Path, what: str) -> dict:
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise MatrixError(path, "", f"no such {what} file") from None
-    except ValueError as exc:
-        raise MatrixError(path, "", f"not valid JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise MatrixError(path, "", f"a {what} must be a JSON object, not {type(doc).__name__}")
-    return doc
-
-
-def _check_schema(path, doc, schema: dict) -> None:
-    errors = sorted(_Validator(schema).iter_errors(doc), key=lambda e: list(e.path))
-    if errors:
-        err = errors[0]
-        key = ".".join(str(p) for p in err.absolute_path)
-        raise MatrixError(path, key, _one_line(err.message))
-
-
-def _one_line(text, limit: int = 300) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-GPUS_SCHEMA = {"$defs": SCHEMA["$defs"], "$ref": "#/$defs/gpus"}
-
-
-def _load_gpus(path, base: Path, doc: dict) -> dict:
-    """The gpus_file's profiles, checked like the matrix's own ``gpus:`` (which override them)."""
-    gpus_file = base / doc.get("gpus_file", "gpus.yaml")
-    if not gpus_file.is_file():
-        raise MatrixError(path, "gpus_file", f"{gpus_file} does not exist")
-    gpus = _read_yaml(gpus_file, what="gpus") or {}
-    _check_schema(gpus_file, gpus, GPUS_SCHEMA)
-    return {**gpus, **doc.get("gpus", {})}
 
 
 def _expand(path, doc, study, body, models, gpus, digests):
@@ -375,5 +290,5 @@ def _memo(ctx: dict, key, content) -> str:
 def _file_digest(ctx: dict, file: Path, what: str) -> str:
     """The digest of a JSON input's content (read and checked once per load)."""
     if file not in ctx["digests"]:
-        ctx["digests"][file] = inputs.digest(_read_json(file, what))
+        ctx["digests"][file] = inputs.digest(read_json(file, what))
     return ctx["digests"][file]

@@ -15,7 +15,7 @@ import time
 from bench.speed.study import STUDY
 from bench.estimate import replay
 from bench.spec import matrix
-from bench.worker.sim import simulate
+from bench.worker.sim import measure
 
 TARGET_S = 1.0
 
@@ -24,8 +24,8 @@ def test_allocator_replay_speed(benchmark, tmp_path):
     path = tmp_path / "speed.yaml"
     path.write_text(f"models_dir: {matrix.DEFAULT_MATRIX.parent / 'models'}\n"
                     f"gpus_file: {matrix.DEFAULT_MATRIX.parent / 'gpus.yaml'}\n{STUDY}")
-    spec = simulate.single_process(matrix.load(path)["qwen2.5-7b__sim__baseline"])
-    _, tracker, _ = simulate.simulate_step(spec)
+    spec = measure.single_process(matrix.load(path)["qwen2.5-7b__sim__baseline"])
+    _, tracker, _ = measure.simulate_step(spec)
     trace = tracker.trace()
 
     def both():

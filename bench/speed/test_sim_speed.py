@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from bench.worker.sim import fakestep, simulate
+from bench.worker.sim import fakestep, measure, simulate
 from bench.spec import matrix
 from bench.speed.study import STUDY
 from bench.worker import train
@@ -73,7 +73,7 @@ def test_sim_tracker_overhead(benchmark, tmp_path):
     path = tmp_path / "speed.yaml"
     path.write_text(f"models_dir: {matrix.DEFAULT_MATRIX.parent / 'models'}\n"
                     f"gpus_file: {matrix.DEFAULT_MATRIX.parent / 'gpus.yaml'}\n{STUDY}")
-    spec = simulate.single_process(matrix.load(path)["qwen2.5-7b__sim__baseline"])
+    spec = measure.single_process(matrix.load(path)["qwen2.5-7b__sim__baseline"])
     one_step(spec, "untracked")  # imports and first-call caches out of the timings
 
     def three_ways():
@@ -140,7 +140,7 @@ def test_sim_layer_extension(benchmark):
     spec = matrix.load()[LAYERS_CELL]
 
     def both():
-        return _forked(lambda: simulate.finish(spec, simulate.measure(spec))), _forked(simulate.run, spec)
+        return _forked(lambda: simulate.finish(spec, measure.measure(spec))), _forked(simulate.run, spec)
 
     (full_s, full, _), (ext_s, ext, log) = benchmark.pedantic(both, rounds=1, iterations=1)
     differences = [str(d) for d in identical.compare(json.loads(json.dumps(full)), json.loads(json.dumps(ext)))]

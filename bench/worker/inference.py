@@ -9,6 +9,7 @@ for a cell whose ``workload`` knob is ``generate`` or ``vllm``.
 from __future__ import annotations
 
 from bench.estimate import verdicts
+from bench.worker.outcome import Skip
 
 
 def run(spec: dict) -> dict:
@@ -31,7 +32,6 @@ def generate(spec: dict, mode: str) -> dict:
     if mode == "cuda":  # the tracker splits the peak; torch's own peak counter is kept beside it
         import torch
         if not torch.cuda.is_available():
-            from bench.worker.main import Skip
             raise Skip("cuda mode needs a CUDA device; none is visible")
         torch.cuda.reset_peak_memory_stats()
         out = gen(spec, "cuda", InferenceTracker(rounding=cuda_alloc.round_size))

@@ -36,6 +36,7 @@ from bench.records import atomic, record
 from bench.runner import lifeline, ranks
 from bench.spec import inputs
 from bench.worker import alloctrace
+from bench.worker.outcome import Skip, is_oom
 from bench.worker.progress import say
 
 
@@ -194,21 +195,6 @@ def run_cuda(spec, torch, train, MemTracker) -> dict:
     out["details"]["device_name"] = facts["physical_device"]
     out["details"]["cuda"] = facts
     return out
-
-
-class Skip(Exception):
-    """The cell cannot run here; the reason becomes a ``skipped`` record."""
-
-
-def is_oom(exc: BaseException) -> bool:
-    try:
-        import torch
-        if isinstance(exc, torch.OutOfMemoryError):
-            return True
-    except ImportError:
-        pass
-    text = str(exc)
-    return isinstance(exc, MemoryError) or "out of memory" in text.lower() or "can't allocate memory" in text
 
 
 def versions() -> dict:

@@ -8,14 +8,7 @@ modes share one accounting.
 The peak's live set is kept (as storage keys) on the first free after a new high-water
 mark, which is when the live set at the peak is known to be complete; categories are
 assigned afterwards, once the run has revealed which storages were gradients and
-optimizer state:
-
-- parameters: storages of model parameters (and of sharded/quantized parameter data)
-- gradients: ``.grad`` of model or optimizer parameters
-- optimizer: tensors in the optimizer's state, and optimizer-owned master parameters
-- activations: allocated during forward and still alive at the peak
-- temporaries: allocated during backward or the optimizer step, none of the above
-- other: everything else alive (inputs, buffers, anything from before the run)
+optimizer state (the categories: bench/worker/memtrace.py).
 
 Storages moved off the device (DeepSpeed offload) are counted apart, as host bytes
 (``to_host``, ``host_phases``); storages resized in place (FSDP2 frees and refills its
@@ -33,18 +26,8 @@ own peak (ZeRO's analytic partitioning needs them); ``fused()`` runs ops as one 
 kernel's inside (sim's model of inductor, bench/worker/sim/fusion.py): what they make stays in
 registers, so neither it nor a view of it is ever counted (``serial_of`` still names it).
 
-The allocation trace (``trace()``): every device storage's allocation and free, in order,
-with its requested bytes, serial, phase, step, the op that made it (the ATen op in
-``__torch_dispatch__``; ``(direct)`` for storages counted outside an op: batches, marked
-tensors) and its category (resolved when the trace is taken). Kernel scratch
-(``transient``) is an allocation freed at once; an in-place resize is a free and a new
-allocation under the same serial. Bounded: the first ``MAX_TRACE_EVENTS`` events are kept,
-later ones are dropped and counted (``dropped_events``), so a replay of a truncated trace
-covers its beginning only (bench/estimate/replay.py says so in the record). Frees that follow one
-another with no allocation between them (in one step and phase) are written in allocation
-order (``canonical_frees``): their order changes no peak and leaves the allocator in the same
-state, but it is not the process's to choose reproducibly: autocast's cast-weight cache, for
-one, is a C++ hash map keyed by tensor address, freed in address-hash order at autocast exit.
+What the tracker reports (``breakdown``, ``phase_breakdown``, ``host_breakdown``, ``trace``) and the
+allocation trace's format: bench/worker/memtrace.py.
 """
 from __future__ import annotations
 
@@ -54,24 +37,23 @@ from contextlib import contextmanager
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
-from bench.records.record import CATEGORIES, PHASES
+from bench.records.record import PHASES
+from bench.worker import memtrace
+from bench.worker.tensors import NO_TENSORS, tensors_in
 
 
 class OutOfBudget(torch.OutOfMemoryError if hasattr(torch, "OutOfMemoryError") else RuntimeError):
     """Live bytes passed the device profile's capacity (cpu mode emulates that device)."""
 
 
-MAX_TRACE_EVENTS = 1_000_000  # about 100 MB of host memory at most; a 7B step takes ~1e5
-TRACE_PHASES = ("other", *PHASES)
 
 
 def _key(storage) -> int:
     return storage._cdata
 
 
-class MemTracker(TorchDispatchMode):
+class MemTracker(memtrace.TrackerReports, TorchDispatchMode):
     def __init__(self, budget_bytes: int | None = None, rounding=None, op_hooks=(), phase_sets: bool = False):
         super().__init__()
         self.op_hooks = list(op_hooks)
@@ -101,7 +83,7 @@ class MemTracker(TorchDispatchMode):
         self.step = -1                      # -1: building the model, before the first step
         self.ops: dict = {"(direct)": 0}    # op name -> index in the trace
         self._op = 0
-        self._phase_index = {p: i for i, p in enumerate(TRACE_PHASES)}
+        self._phase_index = {p: i for i, p in enumerate(memtrace.TRACE_PHASES)}
         self.fusing = False                 # inside a fused kernel (``fused``): outputs are never stored
         self.in_registers: dict[int, int] = {}  # storage key -> negative serial: values no kernel wrote
         self._unstored = 0
@@ -208,7 +190,7 @@ class MemTracker(TorchDispatchMode):
         return entry[0] if entry is not None else self.in_registers.get(key)
 
     def _event(self, ev: tuple) -> None:
-        if len(self.events) < MAX_TRACE_EVENTS:
+        if len(self.events) < memtrace.MAX_TRACE_EVENTS:
             self.events.append(ev)
         else:
             self.dropped_events += 1
@@ -330,7 +312,7 @@ class MemTracker(TorchDispatchMode):
         self._op = op
         if isinstance(out, torch.Tensor):  # most ops: one tensor, no pytree walk
             self.track(out)
-        elif out is not None and not isinstance(out, _NO_TENSORS):
+        elif out is not None and not isinstance(out, NO_TENSORS):
             for t in tensors_in(out):
                 self.track(t)
         for hook in self.op_hooks:
@@ -359,108 +341,6 @@ class MemTracker(TorchDispatchMode):
         self.step_peak = self.total
         self.step += 1
 
-    # -- the answer -------------------------------------------------------------------
-    def breakdown(self) -> dict[str, int]:
-        """Bytes per category at the peak; sums to ``peak``."""
-        entries = list(self.live.values()) if self._peak_dirty else self.peak_live
-        out = dict.fromkeys(CATEGORIES, 0)
-        for serial, nbytes, born in entries:
-            out[self._category(serial, born)] += nbytes
-        return out
-
-    def phase_breakdown(self) -> dict[str, dict[str, int]]:
-        """{phase: bytes per category at that phase's peak}, each summing to phase_peak[phase]."""
-        self._snapshot_phase()
-        out = {}
-        for phase in PHASES:
-            cats = dict.fromkeys(CATEGORIES, 0)
-            for serial, nbytes, born in self.phase_live.get(phase, []):
-                cats[self._category(serial, born)] += nbytes
-            out[phase] = cats
-        return out
-
-    def host_breakdown(self) -> dict[str, int]:
-        """Bytes per category counted on the host now (offloaded storages); zeros omitted."""
-        out = dict.fromkeys(CATEGORIES, 0)
-        for serial, nbytes, born in self.host.values():
-            out[self._category(serial, born)] += nbytes
-        return {k: v for k, v in out.items() if v}
-
-    def trace(self, alloc_conf: str | None = None) -> dict:
-        """The allocation trace as bench/estimate/replay.py reads it (columns; categories resolved now)."""
-        cats = {c: i for i, c in enumerate(CATEGORIES)}
-        cols = {k: [] for k in ("kind", "serial", "bytes", "step", "phase", "op", "category")}
-        kind, serial, nbytes, step, phase, op, category = cols.values()
-        cat_of: dict[int, int] = {}
-        for ev in canonical_frees(self.events):
-            if ev[0]:
-                _, s, n, st, ph, o = ev
-                c = cat_of[s] = cats[self._category(s, TRACE_PHASES[ph])]
-            else:
-                _, s, st, ph = ev
-                c = cat_of.get(s)
-                if c is None:
-                    continue  # freed without a traced allocation (zero bytes, or past the bound)
-                n, o = 0, 0
-            kind.append(ev[0])
-            serial.append(s)
-            nbytes.append(n)
-            step.append(st)
-            phase.append(ph)
-            op.append(o)
-            category.append(c)
-        names = [str(f) for f, _ in sorted(self.ops.items(), key=lambda kv: kv[1])]
-        return {"format": "ft-membench-trace/1", "columns": cols, "categories": list(CATEGORIES),
-                "phases": list(TRACE_PHASES), "ops": names, "reset_at": self.trace_reset_at,
-                "steps": self.step + 1, "alloc_conf": alloc_conf or "",
-                "max_events": MAX_TRACE_EVENTS, "dropped_events": self.dropped_events}
-
-    def _category(self, serial: int, born: str) -> str:
-        for cat in ("parameters", "gradients", "optimizer"):
-            if serial in self.known[cat]:
-                return cat
-        return {"forward": "activations", "backward": "temporaries", "optimizer": "temporaries"}.get(born, "other")
-
 
 _PRIM_DEVICE = torch.ops.prim.device.default
 _META = torch.device("meta")
-_NO_TENSORS = (bool, int, float, str, torch.device, torch.dtype, torch.layout, torch.memory_format)
-
-
-def tensors_in(tree, out: list | None = None) -> list:
-    """The tensors of ``tree`` in ``tree_flatten``'s order (depth first, dict values in insertion
-    order), walking plain tuples, lists and dicts here and anything else through pytree: the
-    same list, without pytree's per-node overhead on every op (sim runs ~10^5 ops a step)."""
-    if out is None:
-        out = []
-    kind = type(tree)
-    if kind is tuple or kind is list:
-        for x in tree:
-            if isinstance(x, torch.Tensor):
-                out.append(x)
-            elif x is not None and not isinstance(x, _NO_TENSORS):
-                tensors_in(x, out)
-    elif kind is dict:
-        tensors_in(list(tree.values()), out)
-    elif isinstance(tree, torch.Tensor):
-        out.append(tree)
-    elif tree is not None and not isinstance(tree, _NO_TENSORS):
-        out.extend(t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor))
-    return out
-
-
-def canonical_frees(events: list) -> list:
-    """``events`` with each run of consecutive frees (same step and phase, no allocation
-    between) sorted by serial, i.e. in the order the storages were allocated."""
-    out, run = [], []
-    for ev in events:
-        if ev[0] == 0 and (not run or run[0][2:4] == ev[2:4]):
-            run.append(ev)
-            continue
-        out.extend(sorted(run, key=lambda e: e[1]))
-        run = [ev] if ev[0] == 0 else []
-        if ev[0]:
-            out.append(ev)
-    out.extend(sorted(run, key=lambda e: e[1]))
-    return out
-

@@ -12,13 +12,13 @@ from __future__ import annotations
 import importlib.util
 
 from bench.spec import workloads
+from bench.worker.outcome import Skip
 
 MEMORY_ERRORS = ("Free memory on device", "No available memory for the cache blocks",
                  "KV cache is needed, which is larger than", "out of memory")
 
 
 def run(spec: dict) -> dict:
-    from bench.worker.main import Skip
     if importlib.util.find_spec("vllm") is None:
         raise Skip('vLLM is not installed: pip install -e ".[vllm]" on a CUDA machine')
     import torch

@@ -108,7 +108,8 @@ class Recipe:
         """The study's technique_options the config sets (LoRA's rank, alpha, dropout, targets)."""
         if not self.adapter or not self.lora:
             return {}
-        from bench.spec.matrix import DEFAULT_MATRIX, SAFE_LOADER
+        from bench.spec.matrix import DEFAULT_MATRIX
+        from bench.spec.matrixfile import SAFE_LOADER
         import yaml
         base = yaml.load(DEFAULT_MATRIX.read_text(), Loader=SAFE_LOADER).get("technique_options", {}).get("lora", {})
         return {"lora": {**base, **self.lora}}

@@ -29,8 +29,8 @@ def _warm() -> None:
     fill the library caches every cell fills the same way, then freeze what exists so that no
     child's collection walks it.
 
-    - DeepSpeed and accelerate's estimator: the peers (bench/worker/sim/peers.py); a 7B cell's
-      record-building tail went from 0.56 s to 0.28 s with them imported here.
+    - DeepSpeed and accelerate's estimator: the peers (bench/worker/sim/peers.py), about half of
+      a 7B cell's record-building tail when each child imports them itself.
     - transformers' checkpoint conversion table: peft's ``inject_adapter`` builds it on first use
       (~860 regular expressions compiled: 0.23 s of a 2-layer LoRA step under cProfile) and keeps
       it in a module global; it names no model, so every cell's table is the same.

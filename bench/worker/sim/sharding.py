@@ -40,7 +40,7 @@ state tensor counted again); at the optimizer step the master's fp32 ``.grad`` (
 trainable weight, a gradient; with optimizer offload it lives on the host with the master)
 and, under bf16, the foreach temporaries in fp32 (the bf16 ones again). 8-bit optimizer
 states stay uint8. Under bf16 DeepSpeed casts the whole module to bf16 (peft's fp32 LoRA
-adapters too), so the simulated step does the same (``simulate.single_process``: knob
+adapters too), so the simulated step does the same (``measure.single_process``: knob
 ``cast_module``). Partitioning then divides them as any optimizer state. Checked against
 real DeepSpeed runs at world size 1 and 2: tests/test_sim_deepspeed.py.
 

@@ -36,7 +36,7 @@ import torch
 import torch.utils.checkpoint as checkpoint
 from torch.utils._pytree import tree_flatten
 
-from bench.worker.memtrack import tensors_in
+from bench.worker.tensors import tensors_in
 
 POINTWISE = torch.Tag.pointwise
 CASTS = ("aten._to_copy", "prims.convert_element_type")
