@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.records import record
+from bench.records import checks
 from bench.spec import matrix, techniques
 from tests.helpers import REPO, write_matrix
 
@@ -96,7 +96,7 @@ def test_accepted_pairs_run_in_sim(tmp_path):
         todo = [(spec, None) for spec in mine if not spec["skip_reason"]]
         recs = pool.run_many(todo)
     for (spec, _), rec in zip(todo, recs):
-        if rec.get("status") != "ok" or record.problems(rec):
+        if rec.get("status") != "ok" or checks.problems(rec):
             bad[spec["cell"]] = (rec.get("status"), rec.get("reason"))
     skipped = {s["cell"]: s["skip_reason"] for s in mine if s["skip_reason"]}
     assert all(len(why) > 20 for why in skipped.values())

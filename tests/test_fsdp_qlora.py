@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from bench.estimate import verdicts
-from bench.records import record
+from bench.records import checks
 from bench.runner import launch
 from bench.search import fits
 from bench.spec import matrix
@@ -60,7 +60,7 @@ def test_fsdp_qlora_in_sim_is_per_rank_with_its_load_and_offload(tmp_path):
     with SimPool(jobs=2) as pool:
         recs = dict(zip(names, pool.run_many([(specs[f"tiny-llama__sim__{n}"], None) for n in names])))
     for name, rec in recs.items():
-        assert rec["status"] == "ok" and record.problems(rec) == [], (name, rec.get("reason"))
+        assert rec["status"] == "ok" and checks.problems(rec) == [], (name, rec.get("reason"))
     one, fsdp, off = recs["qlora+gc"], recs["qlora+fsdp+gc+w2"], recs["qlora+fsdp-offload+gc+w2"]
     assert fsdp["knobs"]["optimizer"] == "adamw" and fsdp["knobs"]["quant_storage"] == "bf16"
     assert fsdp["details"]["dtypes"]["quantized_weights"] == ["nf4 in bfloat16"]
@@ -73,6 +73,10 @@ def test_fsdp_qlora_in_sim_is_per_rank_with_its_load_and_offload(tmp_path):
     # offload: the shards live on the host; only the gathered units stay on the GPU
     assert off["breakdown_bytes"]["parameters"] < fsdp["breakdown_bytes"]["parameters"]
     assert off["breakdown_bytes"]["optimizer"] == 0 and off["details"]["offloaded_bytes"]["parameters"] > 0
+    load, off_load = fsdp["details"]["load_phase"], off["details"]["load_phase"]
+    assert off_load["placement"] == "fsdp-meta-offload"   # one unit on the GPU while loading, shards on the host
+    assert off_load["placements"]["fsdp-meta-offload"]["gpu_bytes"] == load["unit_bytes"]
+    assert off_load["placements"]["fsdp-meta-offload"]["gpu_bytes"] < load["placements"]["fsdp-meta"]["gpu_bytes"]
     speed = off["details"]["speed_model"]["rtx-4090"]["parts"]
     assert speed["offload_pcie"] > 0 and fsdp["details"]["speed_model"]["rtx-4090"]["parts"]["offload_pcie"] == 0
     assert recs["lora+zero3+gc+bf16+w8"]["details"]["load_phase"]["placement"] == "zero-init"
@@ -85,7 +89,7 @@ def test_fsdp_qlora_runs_on_cpu_at_world_size_2(tmp_path, name):
     spec = cells(tmp_path, "cpu", [name])[f"tiny-llama__cpu__{name}"]
     rec = launch.run_cell(spec, tmp_path / "w.log")
     assert rec["status"] == "ok", f"{rec['reason']}\n{rec['log_tail']}"
-    assert record.problems(rec) == [] and len(rec["details"]["ranks"]) == 2
+    assert checks.problems(rec) == [] and len(rec["details"]["ranks"]) == 2
     q = rec["details"]["quantized_weights"]
     assert q["storage_dtype"] == "bfloat16" and q["sharded"] and q["quant_type"] == "nf4"
     assert rec["details"]["optimizer_class"] == "AdamW" and rec["details"]["fsdp_sharded_params"] > 0

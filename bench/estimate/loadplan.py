@@ -18,6 +18,9 @@ each GPU holds then depends on how the libraries place the weights, not on the s
   rank 0 loads on the host, the others build on the meta device, and ``sync_module_states``
   broadcasts unit by unit while sharding. Each GPU holds 1/N of the weights plus one unit
   (a decoder layer) unsharded; only rank 0 holds the model in host memory.
+- ``fsdp-meta-offload``: the same with FSDP's CPU offload (accelerate's parameter offload): each
+  unit is broadcast through the GPU and its shards kept in host memory, so a GPU holds one unit
+  unsharded; the host holds rank 0's model and every rank's shards.
 - ``same-device``: the pitfall of processes that never set their device (``device_map="auto"``
   or ``"cuda"`` under torchrun, no ``LOCAL_RANK`` handling): every rank places its whole copy
   on GPU 0, beside N CUDA contexts.
@@ -38,6 +41,8 @@ PLACEMENTS = {
     "zero-init": "DeepSpeed zero.Init: partitioned as created, one parameter gathered at a time to load it",
     "fsdp-meta": "FSDP cpu_ram_efficient_loading: rank 0 loads on the host, the others on meta, "
                  "broadcast and sharded unit by unit",
+    "fsdp-meta-offload": "FSDP cpu_ram_efficient_loading with CPU offload: one unit on the GPU at a time, "
+                         "the shards in host memory",
     "same-device": "every rank's whole copy on GPU 0 (processes that never set their device)",
 }
 
@@ -50,6 +55,8 @@ def per_gpu_bytes(placement: str, weights: int, largest: int, unit: int, n: int)
         return -(-weights // n) + largest, n * weights
     if placement == "fsdp-meta":
         return -(-weights // n) + unit, weights
+    if placement == "fsdp-meta-offload":
+        return unit, 2 * weights
     if placement == "same-device":
         return n * weights + (n - 1) * verdicts.CUDA_CONTEXT_BYTES, n * weights
     raise ValueError(f"unknown placement {placement!r}")

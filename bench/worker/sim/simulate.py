@@ -173,7 +173,7 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
 
 # how each sharding engine loads the model as people launch it (accelerate, TRL, the HF Trainer)
 ENGINE_PLACEMENT = {"zero3": "zero-init", "zero3-offload": "zero-init", "fsdp": "fsdp-meta",
-                    "fsdp-offload": "fsdp-meta"}
+                    "fsdp-offload": "fsdp-meta-offload"}
 
 
 def multi_process_load(model, spec: dict, replayed: dict, profiles: dict, units: list, out: dict) -> dict:
