@@ -1,4 +1,4 @@
-"""The lines ``ft-membench fit`` prints beside a technique's row (bench/cli.py renders the table).
+"""The lines ``ft-membench fit`` prints beside a technique's row (bench/fit/table.py renders the table).
 
 - ``vllm_lines``: a vLLM serving cell has no training step to search; its row says what the
   engine's memory plan on the GPU gives (KV cache space, tokens, sequences at max_model_len,

@@ -1,4 +1,4 @@
-"""Issue 27's defects of ``ft-membench fit`` (bench/cli.py, bench/cli_format.py), each on the
+"""Issue 27's defects of ``ft-membench fit`` (bench/fit/table.py, bench/cli_format.py), each on the
 committed reference records and searches (results/reference/), rendered as the CLI prints them.
 
     pytest tests/test_cli_rows.py -q
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import cli
+from bench.fit import cells, question, table
 from bench.estimate import verdicts
 
 REF = Path(__file__).resolve().parent.parent / "results" / "reference"
@@ -36,7 +37,7 @@ def line(cell: str, gpu: str, technique: str | None = None) -> dict:
 
 def shown(lines: list[dict], gpu: str) -> str:
     profile = rec_of(lines[0]["cell"])["verdict_gpu_memory_bytes"][gpu]
-    return cli.render(lines, gpu, {"memory_bytes": profile, "label": gpu}, "model", best=False)
+    return table.render(lines, gpu, {"memory_bytes": profile, "label": gpu}, "model", best=False)
 
 
 def test_zero_rows_print_the_whole_reason_never_cut_mid_word():
@@ -91,8 +92,8 @@ def test_need_is_the_reports_need_and_says_what_it_includes():
 def test_a_malformed_config_json_is_named_not_an_unknown_model(tmp_path):
     bad = tmp_path / "config.json"
     bad.write_text('{"model_type": "llama",')
-    with pytest.raises(cli.Usage) as got:
-        cli.specs(str(bad), "rtx-4090", ["lora"], None, None)
+    with pytest.raises(question.Usage) as got:
+        cells.specs(str(bad), "rtx-4090", ["lora"], None, None)
     assert str(got.value).startswith(f"malformed config.json: {bad}: not valid JSON")
     assert "unknown model" not in str(got.value)
 
@@ -125,7 +126,7 @@ def test_a_second_gpu_reuses_the_search_samples_and_answers_the_same(tmp_path, m
     second = re.search(r"searched now \((\d+) sample shapes, (\d+) of them from the sample cache", capsys.readouterr().out)
     assert second and second[1] == second[2] == first[1]          # no new simulation
     kept = json.loads((tmp_path / "r" / "fits-cli" / "tiny-llama__sim__lora.b1.s256.t4.json").read_text())
-    spec = next(iter(cli.specs("tiny-llama", "t4", ["lora"], 256, None).values()))
+    spec = next(iter(cells.specs("tiny-llama", "t4", ["lora"], 256, None).values()))
     with SimPool(1) as pool:
         fresh = fits.search(dict(spec, verdict_gpus={"t4": spec["verdict_gpus"]["t4"]}), pool.run_cell,
                             simulate_many=pool.run_many)

@@ -265,17 +265,17 @@ def test_a_killed_warm_server_is_replaced_and_the_answers_go_on():
 
 def test_fit_answers_from_a_study_record_for_a_gpu_the_study_judged(tmp_path):
     """The question is asked against every GPU profile; the 70B study judged five. For one of
-    them its record and search answer (inputs digested as that study's: cli.judged_on), for a
+    them its record and search answer (inputs digested as that study's: bench/fit/stored.py's judged_on), for a
     GPU the study never judged they do not."""
-    from bench import cli
-    from bench.records import checks
-    spec = next(iter(cli.specs("llama-3.1-70b", "rtx-a6000", ["qlora+gc"], None, None).values()))
+    from bench.fit import cells, stored
+    from bench.records import checks, reuse
+    spec = next(iter(cells.specs("llama-3.1-70b", "rtx-a6000", ["qlora+gc"], None, None).values()))
     path = matrix.DEFAULT_MATRIX.parent.parent / "results" / "reference" / "cells" / "llama-3.1-70b__sim__qlora+gc.json"
-    rec, where = cli.stored_record(spec, [path], cli.versions(), "rtx-a6000")
+    rec, where = stored.stored_record(spec, [path], reuse.versions(), "rtx-a6000")
     assert where == str(path) and rec["verdicts"]["rtx-a6000"] == "fits"
-    assert cli.stored_record(spec, [path], cli.versions(), "t4") == (None, None)
+    assert stored.stored_record(spec, [path], reuse.versions(), "t4") == (None, None)
     assert checks.gate(rec, spec)  # against the question's own GPUs the record is another experiment
-    doc, source = cli.stored_fits(cli.judged_on(spec, rec, "rtx-a6000"), tmp_path, "rtx-a6000")
+    doc, source = stored.stored_fits(stored.judged_on(spec, rec, "rtx-a6000"), tmp_path, "rtx-a6000")
     assert source.endswith("reference/fits.csv") and doc["rows"][0]["max_seq_at_batch1"] is not None
 
 
@@ -284,10 +284,10 @@ def test_fit_bounds_are_the_matrix_bounds_and_gpu_names_any_case():
     was unknown; --help listed no GPU."""
     import subprocess
     import sys
-    from bench import cli
-    with pytest.raises(cli.Usage, match="--seq 1: must be between 2 and"):
-        cli.specs("qwen2.5-7b", "rtx-4090", ["lora"], 1, None)
-    assert "rtx-4090" in cli.cuda_profiles() and "cpu" not in cli.cuda_profiles()
+    from bench.fit import cells, question
+    with pytest.raises(question.Usage, match="--seq 1: must be between 2 and"):
+        cells.specs("qwen2.5-7b", "rtx-4090", ["lora"], 1, None)
+    assert "rtx-4090" in cells.cuda_profiles() and "cpu" not in cells.cuda_profiles()
     out = subprocess.run([sys.executable, "-m", "bench.cli", "fit", "--help"], capture_output=True, text=True,
                          cwd=launch.ROOT)
     assert "rtx-4090" in out.stdout and "any case" in out.stdout
@@ -296,7 +296,7 @@ def test_fit_bounds_are_the_matrix_bounds_and_gpu_names_any_case():
 def test_fit_columns_hold_long_names_and_reasons():
     """Issue 27: a technique longer than 28 characters shifted every column after it, and a
     long reason was cut mid-word in its column; it is now printed whole under the row."""
-    from bench import cli
+    from bench.fit import table
     reason = "not searched: zero3 at world size 8: the verdict is an analytic per-rank partitioning"
-    assert cli.fitted(reason, 47).rstrip().endswith("(below)") and len(cli.fitted(reason, 47)) == 47
-    assert cli.fitted("3840 tokens", 47) == f"{'3840 tokens':<47}"
+    assert table.fitted(reason, 47).rstrip().endswith("(below)") and len(table.fitted(reason, 47)) == 47
+    assert table.fitted("3840 tokens", 47) == f"{'3840 tokens':<47}"

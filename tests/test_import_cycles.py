@@ -113,7 +113,7 @@ def _circle(group: list[str], edges) -> list[str]:
 
 def test_the_graph_sees_the_project():
     edges = graph()
-    assert "bench.spec.matrix" in edges["bench.cli"]
+    assert "bench.spec.matrix" in edges["bench.fit.cells"] and "bench.fit.answer" in edges["bench.cli"]
     assert "bench.worker.sim.simulate" in edges["bench.worker.sim.server"]
     assert "report.claims" in edges["report.build"]
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench import cli
+from bench.fit import stored
 from bench.records import checks
 from bench.search import fits
 from tests.test_record import SIM_STUDY, ok_record
@@ -40,11 +40,11 @@ def test_fit_never_answers_from_a_record_that_fails_the_gate(tmp_path, sim_spec,
     here = {"torch": "2.13.0"}
     good = ok_record(sim_spec)
     assert checks.gate(good, sim_spec) == []
-    assert cli.stored_record(sim_spec, [_kept(tmp_path / "good.json", good, here)], here)[0] is not None
+    assert stored.stored_record(sim_spec, [_kept(tmp_path / "good.json", good, here)], here)[0] is not None
     bad = json.loads(json.dumps(good))
     EDITS[edit](bad)
     assert checks.gate(bad, sim_spec)
-    assert cli.stored_record(sim_spec, [_kept(tmp_path / "bad.json", bad, here)], here) == (None, None)
+    assert stored.stored_record(sim_spec, [_kept(tmp_path / "bad.json", bad, here)], here) == (None, None)
 
 
 def test_fits_search_reuses_no_trace_of_a_record_that_fails_the_gate(tmp_path, sim_spec):

@@ -5,7 +5,9 @@ import csv
 import json
 import shutil
 
-from bench import cli
+from bench.fit import answer as fitanswer
+from bench.fit import cells as fitcells
+from bench.fit import stored as fitstored
 from bench.records import reuse
 from tests.helpers import REPO
 
@@ -21,7 +23,7 @@ def stored(tmp_path, versions: dict):
     (tmp_path / "cells").mkdir()
     (tmp_path / "cells" / f"{CELL}.json").write_text(json.dumps(src))
     shutil.copy(REPO / "results" / "reference" / "fits.csv", tmp_path / "fits.csv")
-    return cli.specs("qwen2.5-7b", GPU, ["lora+gc+bf16"], None, None)
+    return fitcells.specs("qwen2.5-7b", GPU, ["lora+gc+bf16"], None, None)
 
 
 def test_the_rule():
@@ -38,14 +40,14 @@ def test_the_rule():
 def test_other_library_versions_are_reused_named_and_said_first(tmp_path, monkeypatch):
     made = reuse.versions()
     here = dict(made, transformers="9.9.9")
-    monkeypatch.setattr(cli, "versions", lambda: here)
+    monkeypatch.setattr(reuse, "versions", lambda: here)  # what bench/fit/answer.py asks
     cells = stored(tmp_path, made)
     said = []
-    lines = cli.answer(cells, GPU, tmp_path, say=said.append, search=False)
+    lines = fitanswer.answer(cells, GPU, tmp_path, say=said.append, search=False)
     assert said and said[0].startswith("ft-membench: note: installed transformers 9.9.9 (the reference's "), said
     assert lines[0]["source"] == f"{tmp_path / 'cells' / CELL}.json (made with transformers {made['transformers']} " \
                                  "(installed: transformers 9.9.9))"
-    doc, where = cli.stored_fits(cells[CELL], tmp_path, GPU, here)
+    doc, where = fitstored.stored_fits(cells[CELL], tmp_path, GPU, here)
     assert doc is not None and where.startswith(f"{tmp_path / 'fits.csv'} (made with transformers")
 
 
@@ -53,12 +55,12 @@ def test_resimulate_and_other_engine_code_are_not_reused(tmp_path):
     here = reuse.versions()
     cells = stored(tmp_path, dict(here, transformers="0.0.1"))
     paths = [tmp_path / "cells" / f"{CELL}.json"]
-    assert cli.stored_record(cells[CELL], paths, here, GPU)[0] is not None
-    assert cli.stored_record(cells[CELL], paths, here, GPU, resimulate=True) == (None, None)
-    assert cli.stored_fits(cells[CELL], tmp_path, GPU, here, resimulate=True)[1] != f"{tmp_path / 'fits.csv'}"
+    assert fitstored.stored_record(cells[CELL], paths, here, GPU)[0] is not None
+    assert fitstored.stored_record(cells[CELL], paths, here, GPU, resimulate=True) == (None, None)
+    assert fitstored.stored_fits(cells[CELL], tmp_path, GPU, here, resimulate=True)[1] != f"{tmp_path / 'fits.csv'}"
     other = dict(here, ft_membench_engine="0" * 16)
-    assert cli.stored_record(cells[CELL], paths, other, GPU) == (None, None)
+    assert fitstored.stored_record(cells[CELL], paths, other, GPU) == (None, None)
     rows = list(csv.DictReader(open(tmp_path / "fits.csv")))
     assert any(r["cell"] == CELL and r["gpu"] == GPU for r in rows)  # there to be reused, and not
-    doc, where = cli.stored_fits(cells[CELL], tmp_path, GPU, other)
+    doc, where = fitstored.stored_fits(cells[CELL], tmp_path, GPU, other)
     assert where is None or not where.startswith(str(tmp_path))

@@ -112,7 +112,7 @@ def collect(paths, cells: dict, out: Path, say=print) -> int:
         doc = docs.get(cid)
         if doc is None or doc.get("inputs_sha256") != spec["inputs_sha256"]:
             why = bad.get(cid, "no fits file") if doc is None else "fits file made from other inputs"
-            # no inputs digest: the row answers nothing about these inputs (bench/cli.py skips it)
+            # no inputs digest: the row answers nothing about these inputs (bench/fit/stored.py skips it)
             rows += [dict(row(spec, g, {}, reason=why), inputs_sha256=None) for g in spec["verdict_gpus"]]
         else:
             rows += [dict(r, inputs_sha256=inputs.digest(spec["inputs_sha256"])) for r in doc["rows"]]

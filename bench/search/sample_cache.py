@@ -9,7 +9,7 @@ disk and passes the rest to the simulator.
 
 Key: the shape's spec without its GPU profiles (``verdict_gpus``, the ``gpus`` input digest),
 its batch and length included, with the library versions and the engine's code digest
-(``versions``: bench/cli.versions): other code or other libraries simulate afresh. Stored:
+(``versions``: bench/records/reuse.versions): other code or other libraries simulate afresh. Stored:
 ``<folder>/<key>.json`` holding the status, the modelled reserved peak and the trace (written
 through bench/records/atomic.py); an unreadable or foreign file is simulated again, never trusted.
 Where: ``$FT_MEMBENCH_CACHE/fit-samples`` (default ``results/cache/fit-samples``, the config
