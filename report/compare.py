@@ -15,7 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.records import record
-from bench.spec import techniques
+from bench.spec import catalogue, techniques
 from report.fmt import DASH, MINUS, fmt_gib, knobs, missing
 
 
@@ -39,7 +39,7 @@ def sets_knob(name: str, knob: str) -> bool:
 def other_workload(row) -> bool:
     """The cell trains another workload than its study's (its knobs override batch or seq_len)."""
     k = knobs(row)
-    return any(k.get(name) is not None for name in techniques.WORKLOAD_KNOBS)
+    return any(k.get(name) is not None for name in catalogue.WORKLOAD_KNOBS)
 
 
 def without_knob(technique: str, knob: str) -> str:
@@ -51,7 +51,7 @@ def without_knob(technique: str, knob: str) -> str:
 def difficulty_rank(technique: str) -> int:
     """Position of the combination's difficulty in the catalogue's order (unknown last)."""
     level = technique_meta(technique)["difficulty"]
-    order = techniques.DIFFICULTIES
+    order = catalogue.DIFFICULTIES
     return order.index(level) if level in order else len(order)
 
 
@@ -73,7 +73,7 @@ def technique_meta(technique: str) -> dict:
 
     saves = [s.strip() for t in metas for s in t.saves.split(",") if s.strip() not in ("-", "")]
     levels = [t.difficulty for t in metas]
-    difficulty = max(levels, key=techniques.DIFFICULTIES.index) if levels else DASH
+    difficulty = max(levels, key=catalogue.DIFFICULTIES.index) if levels else DASH
     return {
         "summary": "; ".join(t.summary for t in metas) + (f"; unknown: {', '.join(unknown)}" if unknown else ""),
         "saves": ", ".join(dict.fromkeys(saves)) or DASH,
@@ -126,7 +126,7 @@ def pairs(df: pd.DataFrame, with_name: str, without_name: str | None = None):
     for _, r in ok.iterrows():
         index.setdefault((r["mode"], r["model"], r["gpu"], frozenset(parts(r["technique"]))), []).append(r)
     out = []
-    shape = any(sets_knob(with_name, k) for k in techniques.WORKLOAD_KNOBS)
+    shape = any(sets_knob(with_name, k) for k in catalogue.WORKLOAD_KNOBS)
     for _, r in ok.iterrows():
         names = parts(r["technique"])
         if with_name not in names:

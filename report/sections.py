@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.spec import techniques
+from bench.spec import catalogue
 from report import GIB, effects, plot_fits, plot_pareto, plot_steps, plots
 from report.compare import baseline_of, main_saving, technique_meta
 from report.fmt import (DASH, analytic_note, change_pct, contended, details, dtypes_text, fmt_gib, fmt_pct, jcol,
@@ -64,8 +64,8 @@ def summary_row(row: pd.Series, df: pd.DataFrame) -> dict:
         "saved_tone": tone(saved),
         "speed": speed_text, "speed_sort": sort_key(speed),
         "speed_tone": tone(speed, higher_is_better=row["mode"] != "sim"),
-        "difficulty_sort": str(techniques.DIFFICULTIES.index(meta["difficulty"]))
-        if meta["difficulty"] in techniques.DIFFICULTIES else "",
+        "difficulty_sort": str(catalogue.DIFFICULTIES.index(meta["difficulty"]))
+        if meta["difficulty"] in catalogue.DIFFICULTIES else "",
         "verdicts": verdict_text(row) if ok else DASH,
         "status": row["status"] or "error", "reason": row["reason"],
         "provenance": provenance(row), "analytic": analytic_note(row),

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from bench.records import record
-from bench.spec import techniques
+from bench.spec import catalogue, techniques
 from report import GIB, build, compare, fmt, plots, sections, table
 from tests.records import (BASE, CAPACITY, EVIL, ROOT, SIM_GPUS, bench_json, contract_details, demo_records,  # noqa: F401
                            failed, made, ok, spec, write_cells)
@@ -121,12 +121,12 @@ def test_comparison_with_baseline(frame):
 
 
 def test_difficulty_order_lives_in_the_catalogue(monkeypatch, frame):
-    assert {t.difficulty for t in techniques.CATALOG.values()} <= set(techniques.DIFFICULTIES)
+    assert {t.difficulty for t in techniques.CATALOG.values()} <= set(catalogue.DIFFICULTIES)
     with pytest.raises(ValueError, match="difficulty 'trivial' not one of"):
         techniques.Technique("x", {}, "x", difficulty="trivial")
     lora = frame.set_index("cell", drop=False).loc["llama-3.2-1b__a100-80g__lora"]
     assert compare.difficulty_rank("gc") == 0 and sections.summary_row(lora, frame)["difficulty_sort"] == "1"
-    monkeypatch.setattr(techniques, "DIFFICULTIES", ("high", "medium", "low"))   # the report follows it
+    monkeypatch.setattr(catalogue, "DIFFICULTIES", ("high", "medium", "low"))   # the report follows it
     assert compare.difficulty_rank("gc") == 2 and compare.difficulty_rank("zero3-offload") == 0
     assert sections.summary_row(lora, frame)["difficulty_sort"] == "1"
     assert "DIFFICULTY" not in (ROOT / "report" / "compare.py").read_text()

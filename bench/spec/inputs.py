@@ -35,7 +35,8 @@ def _plain(obj):
 # the code a simulated record is made by: the worker and sim engine, the allocator replay, the
 # verdict, load and speed models, the technique catalogue and the record's own rules
 ENGINE_FILES = ("worker/**/*.py", "estimate/allocator.py", "estimate/replay.py", "estimate/verdicts.py",
-                "estimate/pools.py", "estimate/loadplan.py", "estimate/speedmodel.py", "spec/techniques.py", "records/record.py",
+                "estimate/pools.py", "estimate/loadplan.py", "estimate/speedmodel.py", "spec/techniques.py", "spec/catalogue.py",
+                "records/record.py",
                 "records/checks.py",
                 "spec/inputs.py")
 
