@@ -135,7 +135,10 @@ def ranked(group: list[dict]) -> tuple[list[dict], bool]:
 
     fit.sort(key=lambda c: (by_speed(c), headroom(c)) if timed else (headroom(c),))
     tight = sorted((c for c in group if c["verdict"] == "tight"), key=headroom)
-    oom = sorted((c for c in group if c["verdict"] == "oom" and c["recipe"]), key=lambda c: c["row"]["technique"])
+    # a single-GPU group shows the ooms of the common recipes only; a multi-GPU group holds the
+    # few recipes a study composed for several cards, and each oom there is an answer
+    oom = sorted((c for c in group if c["verdict"] == "oom" and (c["recipe"] or world_size(c["row"]) > 1)),
+                 key=lambda c: c["row"]["technique"])
     return fit + tight + oom, timed
 
 
@@ -155,7 +158,9 @@ def fit_columns(fits: pd.DataFrame | None, row, gpu: str) -> tuple[str, str]:
             return f"≥ {int(float(value or limit)):,}{unit} (limit searched)"
         if answer == "none":
             return "none fits"
-        return f"error: {f.get('reason', '') or 'no reason given'}"
+        # a search row with no answer: the search was not made (a multi-GPU cell judged per rank,
+        # a workload with no training step) or its simulation failed; the reason says which
+        return f"no answer: {f.get('reason', '') or 'no reason given'}"
     return (said(f["seq_answer"], f["max_seq_at_batch1"], f["seq_limit"], " tokens"),
             said(f["batch_answer"], f["max_batch_at_seq"], f["batch_limit"], ""))
 
