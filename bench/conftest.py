@@ -47,7 +47,11 @@ def pytest_addoption(parser):
                          f"${simengine.ENV}, which the Snakefile sets): sim cells run there, others fresh")
 
 
+XDIST_WORKER_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
 def pytest_configure(config):
+    drop_inherited_xdist_worker_env(config)
     out = config.getoption("cell_out")
     if out is None:
         return
@@ -60,6 +64,21 @@ def pytest_configure(config):
     if not config.getoption("benchmark_json"):  # pytest-benchmark writes here; we move it to --cell-out
         config.option.benchmark_json = Path(f"{out}.bench.tmp")
     lifeline.watch_parent()
+
+
+def drop_inherited_xdist_worker_env(config) -> None:
+    """Forget xdist worker variables this session inherited without being an xdist worker.
+
+    pytest-xdist sets ``PYTEST_XDIST_WORKER`` in each worker's environment, and every process
+    such a worker starts inherits it: a Snakemake job or ``pytest bench`` run from a test under
+    ``pytest -n``. pytest-benchmark (configured after this hook: its hook is trylast) reads that
+    variable as "I am an xdist worker", disables itself and writes no JSON, and the cell's
+    record would be lost. A real worker of this session has ``config.workerinput`` and keeps it.
+    """
+    if hasattr(config, "workerinput"):
+        return
+    for name in XDIST_WORKER_ENV:
+        os.environ.pop(name, None)
 
 
 def cells_of(config) -> dict:

@@ -40,7 +40,7 @@ STUDY = re.compile(r"(?:[Ss]tudy|[Ss]tudies)\s+`([a-z0-9.-]+)`|`([a-z0-9.-]+)`\s
 DOTTED = re.compile(r"(?:bench|report)(?:\.\w+)+")
 YAML_KEY = re.compile(r"([a-z_]+):(?: .*)?")
 VALUE_FLAGS = {"snakemake": {"--cores", "-c", "--jobs", "-j", "--profile"},
-               "pytest": {"-k", "-m", "-p", "--matrix", "--cell", "--cell-out", "--benchmark-json"}}
+               "pytest": {"-k", "-m", "-p", "-n", "--dist", "--matrix", "--cell", "--cell-out", "--benchmark-json"}}
 
 
 def run_help(*argv: str) -> str:
