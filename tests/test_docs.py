@@ -45,7 +45,7 @@ MUTATIONS = {   # name: (doc, a line of it, the same line broken, what the check
     "a moved module": ("docs/reproduce.md", "python -m bench.reproduce ", "python -m bench.reproducer ", "no module"),
     "a snakemake target": ("README.md", "snakemake --cores 1 all ", "snakemake --cores 1 alll ", "no rule"),
     "a snakemake flag": ("README.md", "snakemake --cores 1 all ", "snakemake --kores 1 all ", "no flag --kores"),
-    "a pytest path": ("README.md", "pytest                        ", "pytest tests/test_nothing.py  ",
+    "a pytest path": ("README.md", "pytest -q -n 2 --dist loadscope ", "pytest tests/test_nothing.py -q ",
                       "does not exist"),
     "a pytest -k word": ("docs/fits.md", "pytest bench -k fits ", "pytest bench -k fitz ", "matches no study"),
     "a technique": ("README.md", "`lora+gc+bf16` is the same", "`lora+gc+bf17` is the same", "technique 'bf17'"),
