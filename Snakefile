@@ -31,7 +31,9 @@ PUBLISHED_CELLS = load(PUBLISHED_MATRIX)
 
 localrules: table, report, fits, published, published_table, published_scoreboard, published_report
 # sim cells get a fits search (bench/search/fits.py): how far each model x technique goes on each GPU
-FIT_JOBS = 2
+# one simulation at a time per search: searches run side by side instead (--cores 2 runs two),
+# which keeps both cores busy while a search replays its traces (one core) between simulations
+FIT_JOBS = 1
 SIM_CELLS = [c for c, spec in CELLS.items() if spec["mode"] == "sim"]
 
 
@@ -104,7 +106,7 @@ rule fit:
         "results/logs/fits/{cell}.log",
     params:
         spec=spec_of,
-    threads: FIT_JOBS  # its sample shapes two at a time (Snakemake scales it down to --cores)
+    threads: FIT_JOBS  # its sample shapes FIT_JOBS at a time (Snakemake scales it down to --cores)
     resources:
         gpu=0,  # a CPU job on a cluster too (bench/runner/resources.py)
         cpus_per_task=RES.fit("cpus_per_task", FIT_JOBS),
