@@ -119,6 +119,52 @@ def test_an_axis_that_cannot_be_searched_leaves_the_other_answered():
     assert {r["seq_answer"] for r in doc["rows"]} >= {"fits", "beyond"}
 
 
+def made_up_simulator(quadratic: bool):
+    """A simulator of made-up traces: every size linear in batch x length, plus, with
+    ``quadratic``, an L x L attention-score-like event; batch 1 allocates once more (as real
+    steps do), so the batch axis is fitted from batches 2, 3 and 4. Returns (simulate, shapes asked)."""
+    from bench.estimate import replay
+    asked = []
+
+    def simulate(s, _log=None):
+        b, n = s["batch_size"], s["seq_len"]
+        asked.append((b, n))
+        sizes = [b * n * 96 * 1024, 3 * MiB, b * n * n * 64 if quadratic else 4096] + ([MiB] if b == 1 else [])
+        trace = made_up(sizes)
+        return {"status": "ok", "_trace": trace,
+                "modelled_reserved_peak_bytes": replay.replay(trace, "", points=1)["reserved_peak_bytes"]}
+    return simulate, asked
+
+
+@pytest.mark.parametrize("quadratic", [False, True])
+def test_the_seq_line_spares_a_simulation_only_where_it_is_the_family(quadratic):
+    """A length axis that is a line is fitted through 256 and the study's length and checked at
+    the longest sampled length, with one simulation fewer; a quadratic one fails that line and
+    gets the fourth length and the quadratic. Either way every answer and its peak evidence is
+    the one a replay of the simulated shape itself gives."""
+    spec = tiny_spec(seq=512)
+    simulate, asked = made_up_simulator(quadratic)
+    doc = fits.search(spec, simulate)
+    seqs = fits.seq_points(512, fits_csv.seq_limit(spec))
+    assert len(seqs) == 4
+    seq_asked = sorted(n for b, n in asked if b == 1)
+    assert seq_asked == (seqs if quadratic else [seqs[0], 512, seqs[-1]])
+    assert len(asked) == (7 if quadratic else 6)   # + batches 2, 3 and 4
+    assert doc["not_exact"] == {}
+    how = doc["rows"][0]["how"]
+    assert f"seq: traces interpolated exactly from simulations at {seqs[:3] if quadratic else [seqs[0], 512]}" in how
+    truth, _ = made_up_simulator(quadratic)
+    for row in doc["rows"]:
+        for axis, key, shape in (("seq", "max_seq_at_batch1", lambda k: (1, k)),
+                                 ("batch", "max_batch_at_seq", lambda k: (k, 512))):
+            if row[key] is None:
+                continue
+            b, n = shape(row[key])
+            assert row[f"peak_at_max_{axis}_bytes"] == truth(dict(spec, batch_size=b, seq_len=n))[
+                "modelled_reserved_peak_bytes"]
+    assert {r["seq_answer"] for r in doc["rows"]} >= {"fits"}
+
+
 @pytest.mark.slow
 def test_search_answers_equal_every_grid_point_simulated(tmp_path):
     spec = tiny_spec()

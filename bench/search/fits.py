@@ -23,8 +23,8 @@ x 256 tokens").
 How it is fast and still exact: a shape is judged from its allocation trace, and the traces of
 one model x technique are one polynomial family in each axis (bench/estimate/interp.py): up to
 seven simulations (four lengths at batch 1, batches 2, 3 and 4 at the study's length; the cell's
-own record and trace reused when the cell has run; one fewer per axis where a line through
-shapes already at hand checks out, ``axis_fit``) give every shape's trace exactly, checked at a
+own record and trace reused when the cell has run; one length fewer where a line through
+lengths already at hand checks out, ``axis_fit``) give every shape's trace exactly, checked at a
 shape not used for the fit; each candidate shape is then one replay (well under a second) and
 one replay serves every GPU (bisection per GPU over a shared cache, peaks being monotone in
 either axis). Where the check fails the axis is searched by full simulations instead, within
@@ -149,7 +149,7 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
     try:
         seqs = seq_points(spec["seq_len"], s_limit)
         study = (accum, spec["seq_len"])
-        # each axis is first fitted from shapes that spare a simulation (``first_tries``), and
+        # the seq axis is first fitted from shapes that spare a simulation (``first_tries``), and
         # from the search's usual shapes only where that fit does not check out (``axis_fit``)
         tries = first_tries(seqs, spec["seq_len"], accum)
         points = [study] + [p for p in tries["seq"][0] + tries["batch"][0] if p != study]
@@ -192,16 +192,12 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
 
 
 def first_tries(seqs: list[int], study_seq: int, accum: int) -> dict:
-    """{axis: (first shapes, degree, usual shapes, degree)} for ``axis_fit``.
-
-    - seq (batch 1, the grid lengths ``seqs``, sorted): first a line through the shortest and,
-      of the two between, the study's own length where it is one (its trace is the cell's,
-      already simulated), else the longer, checked at the longest; usually the quadratic through
-      the three shortest, checked at the longest.
-    - batch (the study's length): first a line through the study's batch (the cell's own
-      trace) and twice it, checked at four times it; usually the line through 2 and 3 times,
-      checked at 4 times, as batch 1's step often has a few events of its own (tests/test_fits.py).
-    """
+    """{axis: (first shapes, degree, usual shapes, degree)} for ``axis_fit``. seq (batch 1, the
+    sorted grid lengths ``seqs``): first a line through the shortest and the study's length (the
+    cell's own trace; else the longer of the two between), checked at the longest; usually the
+    quadratic through the three shortest, checked at the longest. batch: the line through 2 and 3
+    times the study's batch, checked at 4 times, with no first try: batch 1's step has a few
+    events of its own (a line through it failed the structure check in every default search)."""
     seq = [(accum, s) for s in seqs]
     if len(seqs) > 3:
         middle = study_seq if study_seq in seqs[1:-1] else seqs[-2]
@@ -209,22 +205,18 @@ def first_tries(seqs: list[int], study_seq: int, accum: int) -> dict:
     else:
         line = seq
     batch = [(accum * k, study_seq) for k in (2, 3, 4)]
-    return {"seq": (line, 1, seq, 2), "batch": ([(accum, study_seq), batch[0], batch[2]], 1, batch, 1)}
+    return {"seq": (line, 1, seq, 2), "batch": (batch, 1, batch, 1)}
 
 
 def axis_fit(shapes: Shapes, name: str, first: list, first_degree: int, usual: list, degree: int) -> None:
     """Fit axis ``name`` from the ``first`` shapes as a polynomial of ``first_degree``, else from
-    the ``usual`` ones (those not simulated yet simulated now) as one of ``degree``.
-
-    Both fits are checked at one shape beyond the ones they are drawn through, as far out as
-    the other's check, and both rest on one premise: a step's requested bytes are at most
-    quadratic in the length (attention scores B x H x L x L) and linear in the batch
-    (bench/estimate/interp.py). Under it, a line through two shapes that also gives every event
-    of a third is the family itself: a quadratic term would leave a difference from the line
-    of degree 2 with three roots. So where the first fit checks out, the answers are the ones the
-    usual fit would give (on a line, the quadratic through three of its points is that line),
-    with a simulation fewer; where it does not (eager attention's L x L scores, a batch-1 step
-    with events of its own), the usual fit runs as it always did."""
+    the ``usual`` ones (those not simulated yet simulated now) as one of ``degree``. Both are
+    checked at one shape beyond the ones they are drawn through, equally far out, under one
+    premise: a step's requested bytes are at most quadratic in the length (bench/estimate/interp.py).
+    Under it a line through two shapes that also gives every event of a third is the family: a
+    quadratic term would leave a difference from the line of degree 2 with three roots. So where
+    the line checks out the answers are the quadratic's, with a simulation fewer; where it does not
+    (eager attention's L x L scores), the usual fit runs as it always did."""
     shapes.axis(name, first, degree=first_degree)
     if shapes.fits[name] is not None or first == usual:
         return
