@@ -161,8 +161,11 @@ def fit_columns(fits: pd.DataFrame | None, row, gpu: str) -> tuple[str, str]:
         # a search row with no answer: the search was not made (a multi-GPU cell judged per rank,
         # a workload with no training step) or its simulation failed; the reason says which
         return f"no answer: {f.get('reason', '') or 'no reason given'}"
-    return (said(f["seq_answer"], f["max_seq_at_batch1"], f["seq_limit"], " tokens"),
-            said(f["batch_answer"], f["max_batch_at_seq"], f["batch_limit"], ""))
+    seq = said(f["seq_answer"], f["max_seq_at_batch1"], f["seq_limit"], " tokens")
+    batch = said(f["batch_answer"], f["max_batch_at_seq"], f["batch_limit"], "")
+    if batch == seq and seq.startswith("no answer: "):  # one reason for both axes: said once
+        batch = "no answer: as for the sequence"
+    return seq, batch
 
 
 VERDICT_NOTES = {"fits, with paging": "fits, with paging", "oom while loading": "oom while loading",

@@ -188,3 +188,5 @@ def test_a_multi_gpu_recipe_that_does_not_fit_is_shown_not_dropped():
     rows = {r["technique"]: r for r in group["rows"]}
     assert rows["qlora+fsdp+gc+w2"]["verdict"] == "oom" and rows["qlora+fsdp-offload+gc+w2"]["verdict"] == "fits"
     assert rows["qlora+fsdp+gc+w2"]["seq"].startswith("no answer: fsdp at world size 2: judged per rank")
+    # the one reason is said once, not again in the batch column
+    assert rows["qlora+fsdp+gc+w2"]["batch"] == "no answer: as for the sequence"
