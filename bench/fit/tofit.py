@@ -85,13 +85,32 @@ def _speed_cost(line: dict, base: dict, gpu: str) -> str:
     return f"{step:.2f} s/step, {rate * world:.0f} tokens/s (modelled)"
 
 
+DTYPE_ROLES = ("trainable_weights", "gradients")
+
+
+def dtype_change(line: dict, base: dict) -> str | None:
+    """What the changed recipe also changes in the trained tensors' dtypes, as the records say
+    (``details.dtypes``), or None. A change can bring one in with it: DeepSpeed's bf16 mode casts
+    the whole model, so under ZeRO a QLoRA recipe's fp32 LoRA adapters train in bf16 (with fp32
+    master weights), and its modelled step is faster for that, not for the offload."""
+    def of(ln):
+        return ((ln.get("record") or {}).get("details") or {}).get("dtypes") or {}
+    old, new = of(base), of(line)
+    moved = [f"{role.replace('_', ' ')} {'/'.join(old[role])} -> {'/'.join(new[role])}" for role in DTYPE_ROLES
+             if old.get(role) and new.get(role) and old[role] != new[role]]
+    return "; ".join(moved) or None
+
+
 def _hint(what: str, line: dict, base: dict, gpu: str, cap: int) -> dict:
     need = _need(line)
+    also = dtype_change(line, base)
+    cost = _speed_cost(line, base, gpu)
     return {"kind": "to-fit", "change": what, "technique": line["technique"], "verdict": line.get("verdict"),
             "fits": line.get("verdict") == "fits", "need_bytes": need,
             "saves_bytes": (_need(base) - need) if need is not None and _need(base) is not None else None,
             "headroom_bytes": cap + verdicts.RESERVE_BYTES - need if need is not None else None,
-            "speed_cost": _speed_cost(line, base, gpu), "step_s": _step(line, gpu)[0],
+            "speed_cost": f"{cost}; also changes {also}, which the modelled step time counts" if also else cost,
+            "also_changes": also, "step_s": _step(line, gpu)[0],
             "provenance": "sim (memory); modelled (speed)", "source": line.get("source")}
 
 
@@ -153,7 +172,7 @@ def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict
     technique lists) -> lines`` answers recipes as the fit command does."""
     cap = verdicts.capacity(profile)
     if base.get("verdict") == "fits":
-        return next_step(base, gpu, cap)
+        return [dict(h, also_changes=None) for h in next_step(base, gpu, cap)]
     if (base.get("record") or {}).get("status") != "ok":
         return []
     names = [n for n in base["technique"].split("+") if n != "baseline"]
@@ -177,7 +196,7 @@ def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict
                 break
     out.sort(key=lambda h: (not h["fits"], h["step_s"] if h["step_s"] is not None else float("inf"),
                             h["need_bytes"] or 0))
-    return out
+    return [dict(h, also_changes=h.get("also_changes")) for h in out]  # one set of keys for every hint
 
 
 def _plus(value):
