@@ -97,17 +97,24 @@ def adam8bit(df, t):
     return out
 
 
+def savings(prs, column: str, say) -> tuple[list[float], list[str]]:
+    """(percent saved, evidence line) for each (with, without) pair whose ``column`` has a ratio;
+    ``say(with, without, ratio)`` words the evidence."""
+    saved, evidence = [], []
+    for w, wo in prs:
+        r = ratio(w[column], wo[column])
+        if r is not None:
+            saved.append((1 - r) * 100)
+            evidence.append(say(w, wo, r))
+    return saved, evidence
+
+
 def adam8bit_from(prs, dtype: str, t) -> list:
     out = []
     if prs:
-        saved, evidence = [], []
-        for w, wo in prs:
-            r = ratio(w["optimizer_bytes"], wo["optimizer_bytes"])
-            if r is None:
-                continue
-            saved.append((1 - r) * 100)
-            evidence.append(f"{step(w, wo)}: optimizer {fmt_gib(wo['optimizer_bytes'])} → "
-                            f"{fmt_gib(w['optimizer_bytes'])} GiB ({(1 - r) * 100:.1f}% saved)")
+        saved, evidence = savings(prs, "optimizer_bytes", lambda w, wo, r: (
+            f"{step(w, wo)}: optimizer {fmt_gib(wo['optimizer_bytes'])} → "
+            f"{fmt_gib(w['optimizer_bytes'])} GiB ({(1 - r) * 100:.1f}% saved)"))
         if saved:
             med = statistics.median(saved)
             out.append(result([p[0] for p in prs], band(med, t["holds"], t["partly"]), evidence,
@@ -164,14 +171,9 @@ def low_cpu_mem(df, t):
                               f"transformers {', '.join(ignored)} accepts low_cpu_mem_usage and drops it (it always "
                               "loads lazily): both cells load the same way, so the flag cannot be measured here"))
             continue
-        saved, evidence = [], []
-        for w, wo in prs:
-            r = ratio(w["load_host_peak_rss_bytes"], wo["load_host_peak_rss_bytes"])
-            if r is None:
-                continue
-            saved.append((1 - r) * 100)
-            evidence.append(f"{step(w, wo)}: host peak RSS after loading {fmt_gib(wo['load_host_peak_rss_bytes'])} → "
-                            f"{fmt_gib(w['load_host_peak_rss_bytes'])} GiB ({lower(1 - r)})")
+        saved, evidence = savings(prs, "load_host_peak_rss_bytes", lambda w, wo, r: (
+            f"{step(w, wo)}: host peak RSS after loading {fmt_gib(wo['load_host_peak_rss_bytes'])} → "
+            f"{fmt_gib(w['load_host_peak_rss_bytes'])} GiB ({lower(1 - r)})"))
         if saved:
             med = statistics.median(saved)
             out.append(result([p[0] for p in prs], band(med, t["holds"], t["partly"]), evidence,
