@@ -15,7 +15,7 @@ import sys
 
 from bench.runner import simengine
 from bench.spec.matrix import DEFAULT_MATRIX, load
-from bench.runner.resources import CellResources
+from bench.runner.resources import FIT_JOBS, CellResources
 
 MATRIX = config.get("matrix", str(DEFAULT_MATRIX))
 CELLS = load(MATRIX)
@@ -31,9 +31,7 @@ PUBLISHED_CELLS = load(PUBLISHED_MATRIX)
 
 localrules: table, report, fits, published, published_table, published_scoreboard, published_report
 # sim cells get a fits search (bench/search/fits.py): how far each model x technique goes on each GPU
-# one simulation at a time per search: searches run side by side instead (--cores 2 runs two),
-# which keeps both cores busy while a search replays its traces (one core) between simulations
-FIT_JOBS = 1
+# FIT_JOBS (bench/runner/resources.py): simulations at once per search: one, searches side by side
 SIM_CELLS = [c for c, spec in CELLS.items() if spec["mode"] == "sim"]
 
 

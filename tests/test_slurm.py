@@ -104,7 +104,7 @@ def test_dry_run_with_the_slurm_profile_requests_gpus_per_job(cells, tmp_path):
     sims = {c for c, s in specs.items() if s["mode"] == "sim"}
     assert set(listing["fit"]) == sims  # each sim cell's fits search is a job of its own
     for cell in sims:
-        want = resources.fit_resources(specs[cell], 2)
+        want = resources.fit_resources(specs[cell], resources.FIT_JOBS)  # the Snakefile's
         assert {k: listing["fit"][cell].get(k) for k in want} == {k: str(v) for k, v in want.items()}, cell
     for cell, spec in specs.items():
         want = resources.resources_of(spec, GPU_MODELS)

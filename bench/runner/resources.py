@@ -33,6 +33,10 @@ RANK_OVERHEAD_MB = 2048
 HOST_MB_PER_GPU = 32768
 SIM_MB = 8192
 STARTUP_MIN = 10
+# simulations at once per fits search job: one, so that searches run side by side (--cores 2 runs
+# two) and keep both cores busy while a search replays its traces on one core between simulations
+# (docs/workflow-speed.md: the default run 1212 s with two at a time, 940 s with one and the line fit)
+FIT_JOBS = 1
 FIT_SIMULATIONS = 12  # 3 lengths x 2 batches, a check per axis, and the replays' slack
 SLURM_SAFE = re.compile(r"[^A-Za-z0-9_.]")
 
