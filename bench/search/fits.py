@@ -24,7 +24,7 @@ How it is fast and still exact: a shape is judged from its allocation trace, and
 one model x technique are one polynomial family in each axis (bench/estimate/interp.py): up to
 seven simulations (four lengths at batch 1, batches 2, 3 and 4 at the study's length; the cell's
 own record and trace reused when the cell has run; one length fewer where a line through
-lengths already at hand checks out, ``axis_fit``) give every shape's trace exactly, checked at a
+lengths already at hand checks out, ``seq_axis``) give every shape's trace exactly, checked at a
 shape not used for the fit; each candidate shape is then one replay (well under a second) and
 one replay serves every GPU (bisection per GPU over a shared cache, peaks being monotone in
 either axis). Where the check fails the axis is searched by full simulations instead, within
@@ -149,10 +149,11 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
     try:
         seqs = seq_points(spec["seq_len"], s_limit)
         study = (accum, spec["seq_len"])
-        # the seq axis is first fitted from shapes that spare a simulation (``first_tries``), and
-        # from the search's usual shapes only where that fit does not check out (``axis_fit``)
-        tries = first_tries(seqs, spec["seq_len"], accum)
-        points = [study] + [p for p in tries["seq"][0] + tries["batch"][0] if p != study]
+        # the seq axis is first fitted as a line through three of its lengths, the fourth simulated
+        # only where that line does not check out (``seq_axis``)
+        line = [(accum, s) for s in line_lengths(seqs, spec["seq_len"])]
+        batch = [(accum * k, spec["seq_len"]) for k in (2, 3, 4)]
+        points = [study] + [p for p in line + batch if p != study]
         # the smallest shape first (with one more, for a second core): if it fits no GPU, nothing does
         first = [(accum, r)] + [p for p in points if p not in shapes.traces and p != (accum, r)][:1]
         shapes.pace.plan(len({*first, *points} - set(shapes.traces)))
@@ -165,8 +166,10 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
             shapes.fits = {"seq": None, "batch": None}
         else:
             shapes.prefetch(points)
-            for name in ("seq", "batch"):
-                axis_fit(shapes, name, *tries[name])
+            seq_axis(shapes, line, [(accum, s) for s in seqs])
+            # from batch 2 up: batch 1's step has a few events of its own (tests/test_fits.py), and a
+            # line through it failed the structure check in every search of the default matrix
+            shapes.axis("batch", batch, degree=1)
         plan, failed = {}, {}
         for name in ("seq", "batch"):
             n = s_limit // r if name == "seq" else BATCH_LIMIT // accum
@@ -191,38 +194,32 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
             "shapes_judged": len(shapes.reserved), "s": round(time.monotonic() - t0, 2)}
 
 
-def first_tries(seqs: list[int], study_seq: int, accum: int) -> dict:
-    """{axis: (first shapes, degree, usual shapes, degree)} for ``axis_fit``. seq (batch 1, the
-    sorted grid lengths ``seqs``): first a line through the shortest and the study's length (the
-    cell's own trace; else the longer of the two between), checked at the longest; usually the
-    quadratic through the three shortest, checked at the longest. batch: the line through 2 and 3
-    times the study's batch, checked at 4 times, with no first try: batch 1's step has a few
-    events of its own (a line through it failed the structure check in every default search)."""
-    seq = [(accum, s) for s in seqs]
-    if len(seqs) > 3:
-        middle = study_seq if study_seq in seqs[1:-1] else seqs[-2]
-        line = [(accum, s) for s in (seqs[0], middle, seqs[-1])]
-    else:
-        line = seq
-    batch = [(accum * k, study_seq) for k in (2, 3, 4)]
-    return {"seq": (line, 1, seq, 2), "batch": (batch, 1, batch, 1)}
+def line_lengths(seqs: list[int], study_seq: int) -> list[int]:
+    """The three of the sorted grid lengths ``seqs`` that ``seq_axis`` first fits as a line: the
+    shortest, the study's own length where it lies between (its trace is the cell's, already
+    simulated; else the longer of the two between) and the longest, where the quadratic is checked
+    too. All of them where there are three or fewer."""
+    if len(seqs) <= 3:
+        return list(seqs)
+    return [seqs[0], study_seq if study_seq in seqs[1:-1] else seqs[-2], seqs[-1]]
 
 
-def axis_fit(shapes: Shapes, name: str, first: list, first_degree: int, usual: list, degree: int) -> None:
-    """Fit axis ``name`` from the ``first`` shapes as a polynomial of ``first_degree``, else from
-    the ``usual`` ones (those not simulated yet simulated now) as one of ``degree``. Both are
-    checked at one shape beyond the ones they are drawn through, equally far out, under one
-    premise: a step's requested bytes are at most quadratic in the length (bench/estimate/interp.py).
-    Under it a line through two shapes that also gives every event of a third is the family: a
-    quadratic term would leave a difference from the line of degree 2 with three roots. So where
-    the line checks out the answers are the quadratic's, with a simulation fewer; where it does not
-    (eager attention's L x L scores), the usual fit runs as it always did."""
-    shapes.axis(name, first, degree=first_degree)
-    if shapes.fits[name] is not None or first == usual:
+def seq_axis(shapes: Shapes, line: list, points: list) -> None:
+    """Fit the seq axis as a line through the two shortest shapes of ``line``, checked at its
+    longest; where that does not check out, as the quadratic through the three shortest of
+    ``points`` checked at the fourth (the shape of ``points`` not in ``line`` simulated now).
+    Both are checked equally far out, under one premise: a step's requested bytes are at most
+    quadratic in the length (bench/estimate/interp.py). Under it a line through two lengths that
+    also gives every event of a third is the family: a quadratic term would leave a difference
+    from the line of degree 2 with three roots. So where the line checks out the answers are the
+    quadratic's, with a simulation fewer; where it does not (eager attention's L x L scores), the
+    quadratic runs as it always did."""
+    shapes.axis("seq", line, degree=1)
+    if shapes.fits["seq"] is not None or line == points:
         return
-    shapes.why_not.pop(name)  # where the usual fit fails too, its reason is the row's, as it always was
-    shapes.pace.plan(shapes.pace.count + sum(1 for p in usual if p not in shapes.traces))
-    shapes.axis(name, usual, degree=degree)
+    shapes.why_not.pop("seq")  # where the quadratic fails too, its reason is the row's, as it always was
+    shapes.pace.plan(shapes.pace.count + sum(1 for p in points if p not in shapes.traces))
+    shapes.axis("seq", points, degree=2)
 
 
 def _evidence(shapes: Shapes, plan: dict, gpu: str, accum: int) -> dict:

@@ -71,7 +71,7 @@ class SampleCache:
                "modelled_reserved_peak_bytes": rec["modelled_reserved_peak_bytes"], "_trace": rec["_trace"]}
         load = (rec.get("details") or {}).get("load_phase") or {}
         chosen = (load.get("placements") or {}).get(load.get("placement"))
-        if chosen:  # a ZeRO/FSDP cell: what one GPU holds while loading (bench/fits.py judges it too)
+        if chosen:  # a ZeRO/FSDP cell: what one GPU holds while loading (bench/search/fits.py judges it too)
             doc["load_phase"] = {"placement": load["placement"],
                                  "placements": {load["placement"]: {"gpu_bytes": chosen.get("gpu_bytes")}}}
         try:
