@@ -25,15 +25,16 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
     drift = reuse.drift(here, ROOT / "results" / "reference" / "constraints.txt")
     if drift:  # before any waiting
         say(f"ft-membench: note: {drift}")
-    need = [cid for cid, spec in cells.items() if not spec["skip_reason"]
-            and stored_record(spec, record_paths(spec, results), here, gpu, resimulate)[0] is None]
-    pace = progress.Pace(len(need), say, "ft-membench")
+    stored = {cid: stored_record(spec, record_paths(spec, results), here, gpu, resimulate)  # read once
+              for cid, spec in cells.items()}
+    pace = progress.Pace(sum(1 for cid, spec in cells.items() if not spec["skip_reason"] and stored[cid][0] is None),
+                         say, "ft-membench")
     out = []
     with SimPool(jobs) as pool:
         samples = SampleCache(pool, here, say=say)
         for cid, spec in cells.items():
             line = {"technique": "+".join(spec["techniques"]), "cell": cid}
-            rec, where = stored_record(spec, record_paths(spec, results), here, gpu, resimulate)
+            rec, where = stored[cid]
             if rec is None and spec["skip_reason"]:
                 line.update(verdict="skipped", reason=spec["skip_reason"])
                 out.append(line)

@@ -55,13 +55,13 @@ def accepts(got, here: dict, resimulate: bool = False) -> tuple[bool, str | None
     got = _plain(got)
     if not got or got.get(ENGINE) != here.get(ENGINE):
         return False, None
-    other = [f"{pkg} {got.get(pkg)}" for pkg in LIBRARIES if got.get(pkg) != here.get(pkg)]
+    other = [pkg for pkg in LIBRARIES if got.get(pkg) != here.get(pkg)]
     if not other:
         return True, None
     if resimulate:
         return False, None
-    return True, f"made with {', '.join(other)} (installed: " + \
-        ", ".join(f"{pkg} {here.get(pkg)}" for pkg in LIBRARIES if got.get(pkg) != here.get(pkg)) + ")"
+    return True, (f"made with {', '.join(f'{pkg} {got.get(pkg)}' for pkg in other)} "
+                  f"(installed: {', '.join(f'{pkg} {here.get(pkg)}' for pkg in other)})")
 
 
 def search_versions(doc: dict | None, path: Path, cell: str) -> dict | None:
