@@ -19,7 +19,7 @@ def test_round_size_is_the_caching_allocators(asked, counted):
 def test_verdicts_come_from_the_modelled_reserved_memory_under_the_reserve():
     card = 24 * GiB
     reserve = verdicts.RESERVE_BYTES
-    assert reserve == 576 * MiB and "576 MiB" in verdicts.RULE
+    assert reserve == 768 * MiB and "768 MiB" in verdicts.RULE
     prof = {"g": {"memory_bytes": card}}
     fits = {"reserved_peak_bytes": card - reserve, "first_oom": {"g": None}}
     assert verdicts.from_replay(fits, prof) == {"g": "fits"}
@@ -93,6 +93,23 @@ def test_cuda_attention_backend_choice():
     assert cuda_backend(big, big, big, None) == "efficient"
     odd = torch.empty(1, 8, 16, 66, dtype=torch.float32, device="meta")
     assert cuda_backend(odd, odd, odd, None) == "math"  # not a multiple of the fp32 alignment (4)
+
+
+def test_grouped_query_attention_in_fp32_runs_the_math_kernel():
+    """The memory-efficient kernel takes equal head counts only (sdp_utils.cpp
+    check_batch_size_and_num_heads_dense<false>); flash takes grouped heads but not fp32. So fp32
+    attention with fewer key/value heads, passed as enable_gqa (transformers does so without a
+    mask), is the math kernel's: each layer keeps B x H x L x L probabilities. An H200 showed it
+    (results/reference/cuda-h200: fp32 Qwen2.5-0.5B at 2048 tokens held 5.6 GiB more than
+    memory-efficient attention would)."""
+    torch = pytest.importorskip("torch")
+    from bench.worker.sim.cuda_kernels import cuda_backend
+    q32 = torch.empty(1, 14, 16, 64, dtype=torch.float32, device="meta")
+    kv32 = torch.empty(1, 2, 16, 64, dtype=torch.float32, device="meta")
+    assert cuda_backend(q32, kv32, kv32, None, enable_gqa=True) == "math"
+    assert cuda_backend(q32.bfloat16(), kv32.bfloat16(), kv32.bfloat16(), None, enable_gqa=True) == "flash"
+    assert cuda_backend(q32, q32, q32, None, enable_gqa=True) == "efficient"  # heads already repeated
+    assert cuda_backend(q32, q32, q32, None) == "efficient"
 
 
 def test_a_published_allocator_figure_is_compared_without_paged_optimizer_state():

@@ -16,11 +16,12 @@ by default the CPU kernels' choices would be simulated. Two differ from CUDA in 
    - cuDNN and flash keep the same tensors for backward (output, fp32 logsumexp B x H x L, RNG
      state), measured equal under fake tensors to within the RNG state's bytes.
    - memory-efficient (fp32 inputs, or a mask) keeps the same tensors with the logsumexp
-     padded to a multiple of 32 rows (identical for L % 32 == 0), plus the float mask. Its meta
-     kernel rejects grouped-query attention in backward (torch 2.13), and every model here uses
-     GQA, so the flash op stands in for it; a float mask, when there is one, is converted as
+     padded to a multiple of 32 rows (identical for L % 32 == 0), plus the float mask. It takes
+     equal head counts only: with a mask transformers repeats the key/value heads itself, and
+     the flash op stands in for it; a float mask, when there is one, is converted as
      CUDA does and held until backward.
-   - math (head dim > 256, or a dtype the fused kernels lack) materialises B x H x L x L.
+   - math (head dim > 256, grouped-query heads in fp32, or a dtype the fused kernels lack)
+     materialises B x H x L x L.
    Not modelled: T4 (sm75) has no flash kernel and no bf16 memory-efficient kernel, so bf16
    attention there falls back to math; verdicts for T4 on bf16 cells say so (bench/estimate/verdicts.py).
    Autocast: CUDA autocast casts SDPA's inputs to the autocast dtype; the routing does the same
@@ -53,14 +54,20 @@ def _round(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def cuda_backend(query, key, value, attn_mask) -> str:
-    """The SDPA backend an sm80+ GPU would run: 'flash', 'efficient' or 'math'."""
+def cuda_backend(query, key, value, attn_mask, enable_gqa: bool = False) -> str:
+    """The SDPA backend an sm80+ GPU would run: 'flash', 'efficient' or 'math'. Grouped-query
+    inputs (``enable_gqa``, fewer key/value heads than query heads: transformers passes them so
+    when there is no mask) reach flash and cuDNN only: the memory-efficient kernel requires equal
+    head counts (sdp_utils.cpp ``check_batch_size_and_num_heads_dense<false>``), so fp32 GQA
+    attention runs the math kernel on a GPU (measured on an H200: fp32 Qwen2.5-0.5B and
+    Llama-3.2-1B at 2048 tokens hold each layer's B x H x L x L probabilities)."""
     d = query.shape[-1]
     same_d = d == key.shape[-1] == value.shape[-1]
     if attn_mask is None and query.dtype in (torch.float16, torch.bfloat16) and same_d and d <= 256:
         return "flash"  # or cuDNN on sm90+: same saved tensors
+    grouped = enable_gqa and query.shape[-3] != key.shape[-3]
     align = 8 if query.dtype in (torch.float16, torch.bfloat16) else 4
-    if query.dtype in FUSED_DTYPES and same_d and d % align == 0:
+    if query.dtype in FUSED_DTYPES and same_d and d % align == 0 and not grouped:
         return "efficient"
     return "math"
 
@@ -73,7 +80,7 @@ def cuda_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
         query, key, value = (t.to(dtype) if t.is_floating_point() else t for t in (query, key, value))
         if attn_mask is not None and attn_mask.is_floating_point():
             attn_mask = attn_mask.to(dtype)
-    backend = cuda_backend(query, key, value, attn_mask)
+    backend = cuda_backend(query, key, value, attn_mask, enable_gqa)
     with torch.autocast("cpu", enabled=False):
         if backend == "math":
             return aten._scaled_dot_product_attention_math(
