@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from bench.estimate import verdicts
 from report import plot_timeline
 from report.fmt import jcol
 from report.sections import chart
@@ -38,7 +39,8 @@ def timeline_section(df: pd.DataFrame, mode: str):
                  "Allocated memory by category, stacked, over each cell's allocation events (step starts "
                  "marked s1, s2...; the first steps are warm-up), the modelled reserved memory of the CUDA "
                  "caching allocator (black: the trace replayed through bench/estimate/allocator.py, torch 2.13's rules) "
-                 "and each GPU's capacity for the allocator (dashed: memory minus the 576 MiB context reserve). "
+                 f"and each GPU's capacity for the allocator (dashed: memory minus the {verdicts.RESERVE_BYTES // 2**20} MiB "
+                 "reserve for what a process holds outside the allocator). "
                  "Reserved above allocated is fragmentation: cached blocks no request of the next shapes fits. "
                  + (f"Where each GPU runs out (first allocation that fails in the replay): {out}. " if out else "")
                  + "Each cell's trace opens in PyTorch's memory visualizer: python -m bench.estimate.replay "

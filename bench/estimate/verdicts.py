@@ -8,12 +8,14 @@ What a real process holds on the card:
 - reserved memory: the caching allocator's segments, modelled by replaying the step's
   allocation trace (bench/estimate/allocator.py, bench/estimate/replay.py): allocated memory plus what the
   allocator keeps cached (fragmentation), rounded to its segments;
-- CUDA context: driver state and the kernels loaded into it. With lazy module loading
-  (CUDA >= 11.7, PyTorch's default) about 300-400 MB per process (PyTorch maintainers in
-  pytorch/pytorch#107667 and #109888); it grows as more kernels (cuBLAS, cuDNN, flash) load,
-  so 512 MiB is reserved;
-- cuBLAS and cuBLASLt workspaces: 32 MiB each on Hopper, 4 MiB elsewhere (cuBLAS docs,
-  cublasSetWorkspace; PyTorch's defaults since pytorch/pytorch#89027 and #120925): 64 MiB.
+- memory outside the caching allocator (``RESERVE_BYTES``): the CUDA context (driver state and
+  the kernels loaded into it, lazily, CUDA >= 11.7), cuBLAS and cuBLASLt workspaces (32 MiB each
+  on Hopper: pytorch/pytorch#89027, #120925) and the kernels loaded as a step first uses them.
+  Measured with NVML on an H200 (torch 2.11, CUDA 13.0) over 16 training cells of
+  matrix/cuda-h200.yaml (results/reference/cuda-h200): 524 MiB after CUDA init, 742-758 MiB at
+  the step's peak beside the allocator's reserved memory; 768 MiB is reserved. (It was 576 MiB
+  before that measurement: a context of 512 MiB and 64 MiB of workspaces, each from the
+  literature, 182 MiB under what the H200 showed.)
 
 The allocator may use ``memory_bytes - RESERVE_BYTES`` (the replay's capacity; ``memory_bytes``
 is the CUDA runtime's total, matrix/gpus.yaml). Communication buffers (NCCL) of a multi-GPU
@@ -24,11 +26,13 @@ and is paged to host memory beyond it (``paging``): such a step fits, with pagin
 from __future__ import annotations
 
 MiB = 2**20
-CUDA_CONTEXT_BYTES = 512 * MiB
+CUDA_CONTEXT_BYTES = 512 * MiB    # vLLM's start-up plan counts these two apart (bench/spec/workloads.py)
 BLAS_WORKSPACE_BYTES = 64 * MiB
-RESERVE_BYTES = CUDA_CONTEXT_BYTES + BLAS_WORKSPACE_BYTES
-RULE = (f"capacity = GPU memory - {RESERVE_BYTES // MiB} MiB reserve (CUDA context 512 MiB, cuBLAS/cuBLASLt "
-        "workspaces 64 MiB); the step's allocation trace is replayed through the CUDA caching-allocator "
+# a training process's memory outside the caching allocator, measured on an H200 (module docstring)
+RESERVE_BYTES = 768 * MiB
+RULE = (f"capacity = GPU memory - {RESERVE_BYTES // MiB} MiB reserve (memory outside the caching allocator: CUDA "
+        "context, cuBLAS/cuBLASLt workspaces, kernels; measured 742-758 MiB on an H200); the step's allocation "
+        "trace is replayed through the CUDA caching-allocator "
         "model (bench/estimate/allocator.py); fits: the modelled reserved peak <= capacity; tight: it is not, but "
         "the replay under the capacity succeeds by releasing cached segments and retrying (slower, "
         "synchronizing cudaFree); oom: an allocation fails under the capacity")
