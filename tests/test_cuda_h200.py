@@ -1,0 +1,96 @@
+"""Sim against real GPU runs it was never fitted to: matrix/cuda-h200.yaml's 16 training cells,
+measured on an NVIDIA H200 (torch 2.11 + CUDA 13.0, transformers 5.17, peft 0.21, bitsandbytes
+0.50.2), stored with their sim twins in results/reference/cuda-h200 (README there).
+
+    pytest tests/test_cuda_h200.py -q
+
+Held: every stored record passes the gate; sim's allocated peak within 2% of
+``torch.cuda.max_memory_allocated`` on every cell, its modelled reserved memory within 3.5% of
+``max_memory_reserved`` but for one named cell; the memory a process held outside the caching
+allocator (NVML's used memory less the allocator's reserved, less what the device held before the
+process) within the verdict's reserve. The first H200 run found two layers that lied, both fixed
+at their layer and held here: fp32 grouped-query attention runs the math kernel on a GPU (sim had
+the memory-efficient one: -28.6% and -26.6% on the two fp32 baselines), and the reserve for memory
+outside the allocator was 576 MiB where the H200 showed 742-758 MiB.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.estimate import verdicts
+from bench.records import checks, results
+
+ROOT = Path(__file__).resolve().parents[1] / "results" / "reference" / "cuda-h200"
+ALLOCATED_WITHIN = 0.02
+RESERVED_WITHIN = 0.035
+# the allocator model replaying the real run's own trace gives 5.03 GiB against 5.88 measured: the
+# replay, not the trace, is what is short on this cell (QLoRA's load leaves segments the model frees)
+RESERVED_EXCEPTIONS = {"qwen2.5-0.5b__h200__qlora+gc": -0.21}
+
+
+@pytest.fixture(scope="module")
+def stored():
+    rs = results.read(ROOT)
+    assert rs.problems == [], rs.problems
+    cuda = {c: r for c, r in rs.records.items() if "__h200__" in c}
+    sim = {c: r for c, r in rs.records.items() if "__sim__" in c}
+    return cuda, sim
+
+
+def twin(cell: str) -> str:
+    return cell.replace("__h200__", "__sim__")
+
+
+def test_the_gpu_runs_are_measurements_of_an_h200(stored):
+    cuda, sim = stored
+    assert len(cuda) == 16 and set(map(twin, cuda)) == set(sim)
+    for cell, rec in cuda.items():
+        assert rec["status"] == "ok" and rec["provenance"] == "cuda-measured" and checks.problems(rec) == []
+        info = rec["details"]["cuda"]
+        assert info["physical_device"] == "NVIDIA H200" and info["nvml"]["samples"] > 0, cell
+        assert rec["peak_bytes"] == info["allocated_peak_bytes"] and rec["reserved_peak_bytes"] == info["reserved_peak_bytes"]
+    assert all(r["provenance"] == "simulated" for r in sim.values())
+
+
+def test_sim_allocates_what_the_h200_allocated(stored):
+    cuda, sim = stored
+    errors = {c: sim[twin(c)]["peak_bytes"] / r["peak_bytes"] - 1 for c, r in cuda.items()}
+    assert all(abs(e) <= ALLOCATED_WITHIN for e in errors.values()), errors
+    # the two fp32 baselines, whose attention runs the math kernel on the GPU, are in the set
+    assert {"qwen2.5-0.5b__h200__baseline", "llama-3.2-1b__h200__baseline"} <= set(errors)
+
+
+def test_modelled_reserved_against_the_h200s_reserved(stored):
+    cuda, sim = stored
+    for cell, rec in cuda.items():
+        err = sim[twin(cell)]["modelled_reserved_peak_bytes"] / rec["reserved_peak_bytes"] - 1
+        if cell in RESERVED_EXCEPTIONS:
+            assert err == pytest.approx(RESERVED_EXCEPTIONS[cell], abs=0.02), cell
+            replayed = rec["modelled_reserved_peak_bytes"] / rec["reserved_peak_bytes"] - 1
+            assert replayed < -0.1  # the replay of the real trace is short too: the allocator model's gap
+        else:
+            assert abs(err) <= RESERVED_WITHIN, (cell, err)
+
+
+def test_the_verdicts_reserve_covers_what_the_process_held_outside_the_allocator(stored):
+    cuda, _ = stored
+    outside = []
+    for rec in cuda.values():
+        info = rec["details"]["cuda"]
+        outside.append(info["nvml"]["device_used_peak_bytes"] - info["device_used_before_bytes"]
+                       - info["reserved_peak_bytes"])
+    assert 700 * 2**20 < max(outside) <= verdicts.RESERVE_BYTES
+
+
+@pytest.mark.slow
+def test_fp32_grouped_query_attention_is_simulated_as_the_gpu_ran_it(tmp_path):
+    """Live: the fp32 Qwen2.5-0.5B baseline (14 query heads, 2 key/value heads) at 2048 tokens,
+    simulated now, against the H200's allocated peak (sim had -28.6% before the fix)."""
+    from bench.spec import matrix
+    from bench.worker.sim import simulate
+    spec = matrix.load(Path(__file__).resolve().parents[1] / "matrix" / "cuda-h200.yaml")["qwen2.5-0.5b__sim__baseline"]
+    measured = results.read(ROOT, only="qwen2.5-0.5b__h200__baseline").records["qwen2.5-0.5b__h200__baseline"]
+    rec = simulate.run(spec)
+    assert abs(rec["peak_bytes"] / measured["peak_bytes"] - 1) <= ALLOCATED_WITHIN
