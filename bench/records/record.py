@@ -96,7 +96,7 @@ REPORT_DETAILS = {
     "verdict_reserve_bytes": (int, "sim ok", "bytes the verdict adds to the peak (page notes)"),
     "verdict_notes": (dict, "sim ok", "{gpu: caveat} of the verdicts (page notes)"),
     "peers": (list, "sim ok", "DeepSpeed's and accelerate's estimates beside ours (peer table)"),
-    "zero_partitioning": (str, "sim ok sharded", "says the sharding was worked out analytically"),
+    "zero_partitioning": (str, "sim ok sharded", "how the sharding was worked out: per rank, or analytically"),
     "ranks": (list, "measured ok multi-rank", "each rank's peak (claims: per-GPU peak under ZeRO-3)"),
     "device_name": (str, "cuda ok", "the physical GPU the cell ran on (summary group title)"),
     "vllm": (dict, "sim ok vllm", "the engine's memory plan per GPU (pipeline-stage section, its claim)"),

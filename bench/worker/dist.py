@@ -69,7 +69,7 @@ def wrap_deepspeed(spec: dict, model, optimizer, micro_batch: int):
     return engine, ds_opt
 
 
-def wrap_fsdp(model, device, offload: bool = False):
+def wrap_fsdp(model, device, offload: bool = False, mesh=None):
     """FSDP2: each decoder layer and then the whole model fully sharded; ``offload``: with
     CPUOffloadPolicy (shards and their gradients in host memory, the optimizer steps there)."""
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
@@ -81,8 +81,8 @@ def wrap_fsdp(model, device, offload: bool = False):
     # pinned host shards need an accelerator: on a cpu run the shards stay in pageable memory
     policy = CPUOffloadPolicy(pin_memory=torch.device(device).type == "cuda") if offload else OffloadPolicy()
     for layer in base.model.layers:
-        fully_shard(layer, offload_policy=policy)
-    fully_shard(model, offload_policy=policy)
+        fully_shard(layer, offload_policy=policy, mesh=mesh)
+    fully_shard(model, offload_policy=policy, mesh=mesh)
     return model
 
 
@@ -141,6 +141,20 @@ def parameter_tensors(model, optimizer=None) -> list:
             out.extend(_quant_state_tensors(qs))
     out.extend(model.buffers())  # rotary tables and the like: part of the model's weights
     return out
+
+
+def quant_state_bytes(model, rounding=lambda n: n) -> int:
+    """Bytes of bitsandbytes' quantization state (absmax, nested absmax, code, offset) over the
+    model's weights: plain attributes, not parameters, so neither FSDP nor ZeRO-3 shards them."""
+    seen, total = set(), 0
+    for p in model.parameters():
+        qs = getattr(p, "quant_state", None)
+        for t in (_quant_state_tensors(qs) if qs is not None else []):
+            key = t.untyped_storage()._cdata
+            if key not in seen:
+                seen.add(key)
+                total += rounding(t.untyped_storage().nbytes())
+    return total
 
 
 def _quant_state_tensors(qs) -> list:

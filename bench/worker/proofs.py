@@ -89,9 +89,13 @@ def dtype_facts(session, params) -> dict:
     from bench.worker import dist
     grads = set(session.grad_dtypes) | set(getattr(session.optimizer, "grad_dtypes", ()))
     master = dist.zero_buffers(session.optimizer, "optimizer")
-    quantized = [p for p in params if getattr(p, "quant_state", None) is not None]
+    # FSDP2's shards of 4-bit weights carry no quant state: bitsandbytes keeps it on their module
+    sharded_4bit = {id(m.weight) for m in session.model.modules()
+                    if type(m).__name__ == "Linear4bit" and getattr(m, "quant_state", None) is not None}
+    is_4bit = lambda p: getattr(p, "quant_state", None) is not None or id(p) in sharded_4bit  # noqa: E731
+    quantized = [p for p in params if is_4bit(p)]
     return {
-        "weights": sorted({_name(p.dtype) for p in params if getattr(p, "quant_state", None) is None}),
+        "weights": sorted({_name(p.dtype) for p in params if not is_4bit(p)}),
         "quantized_weights": sorted({f"nf4 in {_name(p.dtype)}" for p in quantized}),
         "trainable_weights": sorted({_name(p.dtype) for p in params if p.requires_grad}),
         "gradients": sorted(_name(d) for d in grads),

@@ -46,10 +46,12 @@ def host_peak_rss() -> int:
 class Session:
     """Model, optimizer and the three calls a step makes, whatever wraps them."""
 
-    def __init__(self, spec: dict, device, tracker, qlora_base=None, compile_backend=placement.COMPILE_BACKEND):
+    def __init__(self, spec: dict, device, tracker, qlora_base=None, compile_backend=placement.COMPILE_BACKEND,
+                 mesh=None):
         """``qlora_base``: how QLoRA's 4-bit base model is built (models.load_qlora_base loads it
         from a checkpoint; sim mode passes its own, which quantizes without one).
-        ``compile_backend``: torch.compile's backend for ``compile`` (sim passes its own)."""
+        ``compile_backend``: torch.compile's backend for ``compile`` (sim passes its own).
+        ``mesh``: FSDP2's device mesh (sim's fake process group passes one; else the default)."""
         knobs = spec["knobs"]
         self.spec, self.device, self.tracker = spec, torch.device(device), tracker
         self.accum = knobs["accum"]
@@ -61,7 +63,7 @@ class Session:
         self.optimizer = self._optimizer(knobs)
         self.engine = None
         if knobs["dist"] in ("fsdp", "fsdp-offload"):
-            self.model = dist.wrap_fsdp(self.model, device, offload=knobs["dist"] == "fsdp-offload")
+            self.model = dist.wrap_fsdp(self.model, device, offload=knobs["dist"] == "fsdp-offload", mesh=mesh)
             self.optimizer = self._optimizer(knobs)
         elif knobs["dist"]:
             self.engine, self.optimizer = dist.wrap_deepspeed(
@@ -171,9 +173,11 @@ def train(spec: dict, device, tracker, sim=None) -> dict:
     window = cpuload.Window()
     with tracker:
         session = Session(spec, device, tracker, qlora_base=sim.qlora_base if sim else None,
-                          compile_backend=sim.compile_backend if sim else placement.COMPILE_BACKEND)
+                          compile_backend=sim.compile_backend if sim else placement.COMPILE_BACKEND,
+                          mesh=sim.mesh if sim else None)
         out["load_host_peak_rss_bytes"] = host_peak_rss()
-        build_peak = tracker.reset_peak()  # loading's staging copies are host memory on a GPU run
+        # loading's staging copies are host memory on a GPU run; sim's per-rank step starts from the rank's shards
+        build_peak = sim.after_build(tracker) if sim else tracker.reset_peak()
         if torch.device(device).type == "cuda":  # torch's peak counters measure the same span as the tracker
             build_peak = torch.cuda.max_memory_allocated()
             torch.cuda.reset_peak_memory_stats()

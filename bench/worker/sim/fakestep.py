@@ -52,7 +52,7 @@ from torch.utils.flop_counter import flop_registry
 
 from bench.estimate import replay
 from bench.worker import cuda_alloc, models, optimizers
-from bench.worker.sim import cuda_kernels, fastkey, fusion, stepcost
+from bench.worker.sim import cuda_kernels, fastkey, fusion, rankgroup, stepcost
 from bench.worker.memtrack import MemTracker
 from bench.spec.techniques import BNB_OPTIMIZERS
 
@@ -79,11 +79,21 @@ def sim_tracker(cuda_model: bool = True, budget_bytes=None) -> MemTracker:
                       phase_sets=True)
 
 
+def _quant_state_back(module) -> None:
+    """bitsandbytes' ``fix_4bit_weight_quant_state_from_module`` under fake tensors: FSDP's
+    unsharded weight is a plain parameter without the quant state, which bitsandbytes gives back
+    from the module (re-wrapping it in Params4bit, which shares its storage: no bytes either way;
+    a fake tensor cannot be re-wrapped, so the state is set on it directly)."""
+    if getattr(module.weight, "quant_state", None) is None:
+        module.weight.quant_state = module.quant_state
+
+
 class FakeRun:
     """Sim mode's context (fake tensors and the patches above) and bench.train's ``sim`` hook."""
 
     def __init__(self, spec: dict, tracker: MemTracker, cuda_model: bool = True):
-        self.knobs, self.tracker = spec["knobs"], tracker
+        self.spec, self.knobs, self.tracker = spec, spec["knobs"], tracker
+        self.mesh = None  # FSDP2's mesh over the fake process group, when the step is one rank's (rankgroup)
         self.qlora_base = qlora_base  # bench.worker.train's seams: QLoRA's base without a checkpoint,
         self.compile_backend = fusion.backend(tracker)  # and compile without inductor's real-memory kernels
         self.cuda_model = cuda_model
@@ -105,6 +115,7 @@ class FakeRun:
             import bitsandbytes  # noqa: F401
             import peft  # noqa: F401
         s = self._stack
+        self.mesh = s.enter_context(rankgroup.ranks(self.spec))  # before the fake mode: the mesh holds values
         if gc.isenabled():  # no cyclic GC inside the step (the module docstring says why)
             gc.collect()
             gc.disable()
@@ -117,6 +128,9 @@ class FakeRun:
         if self.knobs["optimizer"] in BNB_OPTIMIZERS or self.knobs["adapter"] == "qlora":
             import bitsandbytes.functional as bnbf
             s.enter_context(swapped(bnbf, "create_dynamic_map", real(bnbf.create_dynamic_map)))
+        if self.mesh is not None and self.knobs["adapter"] == "qlora":
+            import bitsandbytes.nn.modules as bnbm
+            s.enter_context(swapped(bnbm, "fix_4bit_weight_quant_state_from_module", _quant_state_back))
         if self.knobs["optimizer"].startswith("paged-"):
             from bitsandbytes.optim.optimizer import Optimizer8bit
             s.enter_context(swapped(Optimizer8bit, "get_state_buffer", self._paged_buffer(Optimizer8bit.get_state_buffer)))
@@ -149,6 +163,10 @@ class FakeRun:
         return _SWAP_TENSORS(t1, t2)
 
     # -- bench.train's hook ---------------------------------------------------------------
+    def after_build(self, tracker) -> int:
+        """Where the step's trace starts: one rank's step from the rank's shards, else from the build."""
+        return rankgroup.start_from_shards(tracker) if self.mesh is not None else tracker.reset_peak()
+
     def batches(self, session, batches):
         """The real batches, with the attention mask as transformers would treat it."""
         self.session = session
@@ -263,6 +281,7 @@ def qlora_base(spec: dict, config, device) -> torch.nn.Module:
             for attr, value in vars(w).items():  # Params4bit's attributes, which peft reads
                 setattr(module.weight, attr, value)
             module.weight.quant_state, module.weight.module = state, module
+            module.quant_state = state  # as Params4bit's quantization sets it: FSDP's unsharded weight recovers it there
         elif key in module._parameters:
             module._parameters[key] = torch.nn.Parameter(arrived, requires_grad=False)
         else:

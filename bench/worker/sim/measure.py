@@ -6,7 +6,7 @@ gives the same ``Measured``.
 """
 from __future__ import annotations
 
-from bench.worker.sim import fakestep
+from bench.worker.sim import fakestep, rankgroup
 from bench.worker import optimizers, train
 
 
@@ -37,9 +37,12 @@ class Measured:
         self.cost, self.paged, self.cuda_model, self.session, self.rss = cost, paged, cuda_model, session, rss
 
 
-def measure(spec: dict, cuda_model: bool = True) -> Measured:
-    """The cell's single-process step under fake tensors, as ``finish`` reads it."""
-    out, tracker, fake = simulate_step(single_process(spec), cuda_model)
+def measure(spec: dict, cuda_model: bool = True, per_rank: bool = True) -> Measured:
+    """The cell's step under fake tensors, as ``finish`` reads it: one rank's own program where
+    sim traces the cell's engine per rank (bench/worker/sim/rankgroup.py) and ``per_rank``, else
+    the single-process step."""
+    run_spec = spec if per_rank and rankgroup.traced(spec) else single_process(spec)
+    out, tracker, fake = simulate_step(run_spec, cuda_model)
     phases = tracker.phase_breakdown()
     out.update(step_s_median=None, tokens_per_s=None)
     out["details"].pop("timed_s", None)  # fake time, and the load beside it

@@ -23,6 +23,8 @@ Applied at each phase's peak (forward, backward, optimizer step), then the large
   zero3-offload also keeps the parameter partitions on the host; fsdp-offload (FSDP2's
   CPUOffloadPolicy) keeps parameter, gradient and optimizer shards on the host, and the
   optimizer steps there.
+- QLoRA's quantization state (absmax, nested absmax, code): whole on every rank, never divided
+  (``partition``'s ``replicated``).
 - stage 3 and FSDP: in forward and backward the gathered parameters of the current and the
   next (prefetched) unit (embedding, each decoder layer, final norm + output head), and in
   backward one unit's full gradient before its reduce-scatter.
@@ -99,11 +101,15 @@ def unit_bytes(model, rounding=lambda n: n) -> list[tuple[int, int]]:
     return units
 
 
-def _scaled(phase: str, cats: dict, dist: str, n: int, units) -> dict:
+def _scaled(phase: str, cats: dict, dist: str, n: int, units, replicated: int = 0) -> dict:
     part, off = PARTITIONED[dist], OFFLOADED.get(dist, ())
     out = dict(cats)
     for cat in part:
         out[cat] = 0 if cat in off else _div(cats[cat], n)
+    if "parameters" in part and replicated:
+        # what no engine shards (QLoRA's quantization state): whole on every rank, and on the GPU
+        # under offload too (an attribute of the weight, not a parameter the offload policy moves)
+        out["parameters"] = (0 if "parameters" in off else _div(cats["parameters"] - replicated, n)) + replicated
     if phase == "optimizer":
         out["temporaries"] = 0 if "optimizer" in off else _div(cats["temporaries"], n)
     if dist in GATHERS and phase in ("forward", "backward") and units:
@@ -133,10 +139,15 @@ def deepspeed_master(phase_breakdown: dict, dist: str, master_bytes: int, upcast
     return out
 
 
-def partition(phase_breakdown: dict, dist: str, n: int, units=()) -> dict:
+def partition(phase_breakdown: dict, dist: str, n: int, units=(), replicated: int = 0) -> dict:
     """Per-rank record fields for ``dist`` at world size ``n`` from the single-process step's
-    breakdown at each phase's peak ({phase: {category: bytes}})."""
-    scaled = {ph: _scaled(ph, phase_breakdown[ph], dist, n, units) for ph in PHASES if ph in phase_breakdown}
+    breakdown at each phase's peak ({phase: {category: bytes}}). ``replicated``: parameter bytes
+    no engine shards (bitsandbytes' quantization state, ``dist.quant_state_bytes``): FSDP2 and
+    ZeRO-3 partition registered parameters only (FSDP2's ``_get_managed_states`` walks
+    ``module.parameters()``; ZeRO-3's ``partition_parameters`` converts each ``nn.Parameter``), and
+    the quant state is a plain attribute of the weight, kept whole on every rank."""
+    scaled = {ph: _scaled(ph, phase_breakdown[ph], dist, n, units, replicated)
+              for ph in PHASES if ph in phase_breakdown}
     phase_peak = {ph: sum(c.values()) for ph, c in scaled.items()}
     top = max(phase_peak, key=phase_peak.get)
     off = OFFLOADED.get(dist, ())

@@ -44,8 +44,9 @@ Cells sim cannot run are skipped records, decided when the matrix loads (bench/s
 """
 from __future__ import annotations
 
-from bench.worker.sim import peers, sharding
+from bench.worker.sim import peers, rankgroup, sharding
 from bench.worker import alloctrace, optimizers, train
+from bench.worker import dist as dist_mod
 from bench.estimate import speedmodel, verdicts
 from bench.worker.sim.measure import Measured, measure
 
@@ -87,15 +88,21 @@ def run(spec: dict, cuda_model: bool = True) -> dict:
     (bench/worker/sim/layers.py); anything else, and any extension that does not verify,
     runs the full step."""
     from bench.worker.sim import layers
+    if rankgroup.traced(spec):  # one rank's own program, and the single process beside it as a cross-check
+        return finish(spec, measure(spec, cuda_model), peers.gather(spec), single=measure(spec, cuda_model, per_rank=False))
     gathered: dict = {}
     # the peers read the config only: they run here while the small steps run in their forks
     m = layers.extended(spec, cuda_model, meanwhile=lambda: gathered.update(peers.gather(spec)))
     return finish(spec, m if m is not None else measure(spec, cuda_model), gathered or None)
 
 
-def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
+def finish(spec: dict, m: Measured, gathered_peers: dict | None = None, single: Measured | None = None) -> dict:
     """The record fields from the measured step: partitioning, the allocator replay, verdicts,
-    peers (``peers.gather``'s figures where they were gathered already), step cost and speed model."""
+    peers (``peers.gather``'s figures where they were gathered already), step cost and speed model.
+    ``single``: where ``m`` is one rank's own program (bench/worker/sim/rankgroup.py), the
+    single-process step, partitioned by formula only as a cross-check."""
+    if single is not None:
+        return per_rank(spec, m, single, gathered_peers)
     out, tracker, phases = m.out, m.tracker, m.phases
     states_phase = states_phase_of(phases)
     states = phases[states_phase]
@@ -110,13 +117,14 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
         details["unpartitioned"] = {k: out[k] for k in ("peak_bytes", "breakdown_bytes", "phase_peak_bytes",
                                                         "step_peak_bytes")}
         units = sharding.unit_bytes(m.session.model, tracker.rounding)
-        part = sharding.partition(phases, dist, n, units)
+        whole = dist_mod.quant_state_bytes(m.session.model, tracker.rounding)
+        part = sharding.partition(phases, dist, n, units, whole)
         out.update(peak_bytes=part["peak_bytes"], breakdown_bytes=part["breakdown_bytes"],
                    phase_peak_bytes=part["phase_peak_bytes"], step_peak_bytes=None)
-        states = sharding.partition({states_phase: phases[states_phase]}, dist, n)["breakdown_bytes"]
+        states = sharding.partition({states_phase: phases[states_phase]}, dist, n, (), whole)["breakdown_bytes"]
         if not any(states[c] for c in ("parameters", "gradients", "optimizer")):
             # everything offloaded at the step (fsdp-offload): the GPU's states are the gathered units
-            states = max((sharding.partition({ph: phases[ph]}, dist, n, units)["breakdown_bytes"] for ph in phases),
+            states = max((sharding.partition({ph: phases[ph]}, dist, n, units, whole)["breakdown_bytes"] for ph in phases),
                          key=lambda b: b["parameters"] + b["gradients"] + b["optimizer"])
         details.update(zero_partitioning=f"{sharding.LABEL}: {dist} at world size {n}",
                        zero_peak_phase=part["peak_phase"])
@@ -153,6 +161,12 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
             details["paging"] = pages
             details["verdict_notes"].update({g: "; ".join(filter(None, (details["verdict_notes"].get(g), n)))
                                              for g, n in verdicts.paging_notes(pages).items()})
+    return _costs(spec, m, out, states, gathered_peers)
+
+
+def _costs(spec: dict, m: Measured, out: dict, states: dict, gathered_peers: dict | None) -> dict:
+    """The record's peers, published figure, step cost and modelled speed (the last of ``finish``)."""
+    details, profiles = out["details"], spec["verdict_gpus"]
     peak_phase = max(out["phase_peak_bytes"], key=out["phase_peak_bytes"].get)
     ours = peers.ours_summary(spec, states, out["breakdown_bytes"], peak_phase, out["params_total"],
                               out["params_trainable"])
@@ -169,6 +183,42 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
                               for gpu, profile in profiles.items()}
     out["host_peak_rss_bytes"] = max(train.host_peak_rss(), m.rss or 0)
     return out
+
+
+def per_rank(spec: dict, m: Measured, single: Measured, gathered_peers: dict | None) -> dict:
+    """A cell whose step sim ran as rank 0 runs it: the rank's own trace is the record's and the
+    allocator replay's; the load as the engine places it (``multi_process_load``); the formula over
+    the single-process step beside it, with how far the two differ."""
+    out, tracker, phases = m.out, m.tracker, m.phases
+    n, dist, profiles = spec["world_size"], spec["knobs"]["dist"], spec["verdict_gpus"]
+    details = out["details"]
+    out.update(flops_per_step=m.flops)
+    details.update(simulated=CUDA_MODEL if m.cuda_model else "cpu kernels, exact bytes", phase_breakdown_bytes=phases,
+                   rank_program={"how": rankgroup.HOW, "rank": 0, "world_size": n, "engine": dist},
+                   zero_partitioning=f"per rank: {rankgroup.HOW}; the formula beside it in details.formula_cross_check",
+                   zero_peak_phase=max(out["phase_peak_bytes"], key=out["phase_peak_bytes"].get))
+    units = sharding.unit_bytes(single.session.model, single.tracker.rounding)
+    formula = sharding.partition(single.phases, dist, n, units,
+                                 dist_mod.quant_state_bytes(single.session.model, single.tracker.rounding))
+    details["formula_cross_check"] = {
+        "how": f"{sharding.LABEL}: {dist} at world size {n}", "peak_bytes": formula["peak_bytes"],
+        "breakdown_bytes": formula["breakdown_bytes"], "peak_phase": formula["peak_phase"],
+        "traced_minus_formula_bytes": out["peak_bytes"] - formula["peak_bytes"],
+        "traced_over_formula": out["peak_bytes"] / formula["peak_bytes"] - 1 if formula["peak_bytes"] else None}
+    details["unpartitioned"] = {k: single.out[k] for k in ("peak_bytes", "breakdown_bytes", "phase_peak_bytes",
+                                                           "step_peak_bytes")}
+    details.update(verdict_reserve_bytes=verdicts.RESERVE_BYTES, verdict_notes=verdicts.notes(spec["knobs"], profiles))
+    model = alloctrace.attach(out, tracker, spec, profiles)
+    model["per_rank"] = "the trace replayed is rank 0's own step, from its shards placed at load"
+    out["verdicts"] = verdicts.from_replay(model, profiles)
+    details["verdict_rule"] = verdicts.RULE + "; the trace is rank 0's own step (FSDP2 over a fake process group)"
+    details["load_phase"] = multi_process_load(single.session.model, spec, model, profiles, units, out)
+    for gpu, v in details["load_phase"]["verdicts"].items():
+        if v != "fits":
+            out["verdicts"][gpu] = "oom"
+            details["verdict_notes"][gpu] = "; ".join(filter(None, (
+                details["verdict_notes"].get(gpu), f"oom while loading ({details['load_phase']['placement']})")))
+    return _costs(spec, m, out, phases[states_phase_of(phases)], gathered_peers)
 
 
 # how each sharding engine loads the model as people launch it (accelerate, TRL, the HF Trainer)

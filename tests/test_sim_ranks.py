@@ -1,0 +1,168 @@
+"""Sim's per-rank FSDP2 step (bench/worker/sim/rankgroup.py) against real multi-process runs of
+the same tiny model on the CPU, gloo, at world size 2 and 4, with the CUDA modelling off
+(``simulate.run(spec, cuda_model=False)``: cpu kernels, exact bytes).
+
+Each rank's program is compared event by event: every allocation of 4 KiB or more, in order,
+phase by phase and step by step, and the peaks rebuilt from the two traces. Two differences are
+named, and held here to their size:
+
+- gloo's copy of each reduce-scatter's input: the real run's trace holds one storage of the
+  reduce-scatter input's size per FSDP unit and step (the tracker sees it born under
+  ``aten.split``), held by gloo past the collective. NCCL reduces in place, and the fake process
+  group (as NCCL) makes none; it is gloo's, so it is taken out of the real trace first.
+- the device mesh's rank tensors (40 bytes at world size 2, 80 at 4): the real run makes its mesh inside the
+  tracker, sim before it.
+
+With QLoRA, one more, which single-process QLoRA shows as well (sim against the cpu run, no
+FSDP): bitsandbytes' backward dequantizes each 4-bit weight to fp32 and casts it in sim, to the
+compute dtype at once on the CPU backend (transient: the peaks agree), and 144 bytes of the CPU
+backend's scalars.
+
+The rank's own peak is above what the single-process partition by formula gives (the formula
+misses the reduce-scatter buffers and the unsharded gradients held beside them): the record keeps
+both (``details.formula_cross_check``).
+"""
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from bench.estimate import replay
+from bench.runner import launch
+from bench.spec import matrix
+
+pytestmark = pytest.mark.slow
+CELLS = ["fsdp+w2", "fsdp+w4", "qlora+fsdp+w2"]
+GLOO_COPY_OP = "aten.split.Tensor"
+MESH_BYTES = 128
+SMALL = 4096
+QLORA_SCALARS = 144
+BNB_BACKWARD_OPS = {"bitsandbytes.dequantize_4bit.default", "aten._to_copy.default"}
+
+
+def tolerance(cell: str) -> int:
+    return MESH_BYTES + (QLORA_SCALARS if "qlora" in cell else 0)
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    import bitsandbytes  # noqa: F401
+    import peft  # noqa: F401
+
+    from bench.worker.sim import simulate
+    from tests.helpers import write_matrix
+    folder = tmp_path_factory.mktemp("ranks")
+    study = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": CELLS}
+    cells = matrix.load(write_matrix(folder, {"s": study}))
+    specs = [cells[f"tiny-llama__cpu__{t}"] for t in CELLS]
+    with ThreadPoolExecutor(2) as pool:
+        real = list(pool.map(lambda s: launch.run_cell(s, folder / f"{s['cell']}.log"), specs))
+    return {t: (r, simulate.run(s, cuda_model=False)) for t, r, s in zip(CELLS, real, specs)}
+
+
+def events(trace: dict, drop_op: str | None = None) -> list[tuple]:
+    """(kind, serial, bytes, step, phase, op name, category) of every event, without the
+    allocations of ``drop_op`` and their frees."""
+    col, ops, phases, cats = trace["columns"], trace["ops"], trace["phases"], trace["categories"]
+    out, dropped = [], set()
+    for i in range(len(col["kind"])):
+        op = ops[col["op"][i]]
+        if col["kind"][i] and op == drop_op:
+            dropped.add(col["serial"][i])
+        elif col["serial"][i] not in dropped:
+            out.append((col["kind"][i], col["serial"][i], col["bytes"][i], col["step"][i], phases[col["phase"][i]],
+                        op, cats[col["category"][i]]))
+    return out
+
+
+def peaks(trace: dict, drop_op: str | None = None) -> tuple[int, dict, dict]:
+    """(peak, {phase: peak}, {category: bytes at the peak}) of the step, from the trace."""
+    live, total, peak, by_phase, at_peak = {}, 0, 0, {}, {}
+    for i, (kind, serial, nbytes, _step, phase, _op, cat) in enumerate(events(trace, drop_op)):
+        if kind:
+            live[serial] = (nbytes, cat)
+            total += nbytes
+            if phase != "other" and total > by_phase.get(phase, 0):
+                by_phase[phase] = total
+            if phase != "other" and total > peak:
+                peak = total
+                at_peak = {}
+                for nb, c in live.values():
+                    at_peak[c] = at_peak.get(c, 0) + nb
+        else:
+            total -= live.pop(serial, (0, None))[0]
+    return peak, by_phase, at_peak
+
+
+def step_allocations(trace: dict, drop_op: str | None = None, qlora: bool = False) -> dict:
+    """{(step, phase): [(bytes, op), ...]}: each step's allocations of at least ``SMALL`` bytes
+    (with ``qlora``, without bitsandbytes' backward dequantization and its cast)."""
+    out: dict = {}
+    for kind, _serial, nbytes, step, phase, op, _cat in events(trace, drop_op):
+        if qlora and phase == "backward" and op in BNB_BACKWARD_OPS:
+            continue
+        if kind and step >= 0 and nbytes >= SMALL:
+            out.setdefault((step, phase), []).append((nbytes, op))
+    return out
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_each_ranks_step_allocates_as_the_real_rank_does(pairs, cell):
+    real, sim = pairs[cell]
+    assert real["status"] == "ok", real["reason"]
+    assert [r["status"] for r in real["details"]["ranks"]] == ["ok"] * real["world_size"]
+    real_trace = replay.load(real["details"]["trace_file"])  # the peak rank's
+    qlora = "qlora" in cell
+    assert step_allocations(sim["_trace"], qlora=qlora) == step_allocations(real_trace, GLOO_COPY_OP, qlora=qlora)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_the_ranks_peak_and_breakdown_equal_the_real_ranks_but_for_gloos_copies(pairs, cell):
+    real, sim = pairs[cell]
+    real_trace = replay.load(real["details"]["trace_file"])
+    peak, by_phase, at_peak = peaks(real_trace, GLOO_COPY_OP)
+    sim_peak, sim_phases, sim_at_peak = peaks(sim["_trace"])
+    assert sim_peak == sim["peak_bytes"] and sim_phases == {p: b for p, b in sim["phase_peak_bytes"].items() if b}
+    assert 0 <= peak - sim_peak <= tolerance(cell)
+    assert all(0 <= by_phase[p] - sim_phases[p] <= tolerance(cell) for p in sim_phases)
+    assert set(at_peak) == set(sim_at_peak)
+    assert all(abs(at_peak[c] - sim_at_peak[c]) <= tolerance(cell) for c in at_peak)
+
+
+def test_gloos_copies_are_one_reduce_scatter_input_per_unit_and_step(pairs):
+    real, _sim = pairs["fsdp+w2"]
+    trace = replay.load(real["details"]["trace_file"])
+    copies = [e for e in events(trace) if e[0] and e[5] == GLOO_COPY_OP]
+    units, steps = 4 + 1, real["warmup_steps"] + real["steps"]  # tiny-llama's 4 layers and the root
+    assert len(copies) == units * steps and {e[4] for e in copies} == {"backward"}
+    with_copies = peaks(trace)[0]
+    assert with_copies == real["peak_bytes"] > peaks(trace, GLOO_COPY_OP)[0]
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_the_record_is_the_ranks_own_with_the_formula_beside_it(pairs, cell):
+    real, sim = pairs[cell]
+    d = sim["details"]
+    assert d["rank_program"]["world_size"] == real["world_size"] and d["rank_program"]["rank"] == 0
+    check = d["formula_cross_check"]
+    assert check["traced_minus_formula_bytes"] == sim["peak_bytes"] - check["peak_bytes"]
+    assert check["traced_minus_formula_bytes"] > 0  # the formula misses the reduce-scatter buffers
+    assert sim["allocator_model"]["per_rank"]
+
+
+def test_qlora_quantization_state_stays_whole_on_every_rank(pairs):
+    """FSDP2 shards what a module registers as parameters (``fully_shard`` walks
+    ``module.parameters()``: torch/distributed/fsdp/_fully_shard/_fsdp_init.py
+    ``_get_managed_states``); bitsandbytes keeps the quantization state (absmax, the nested absmax,
+    the code) as plain attributes of the weight (bitsandbytes/functional.py ``QuantState``). The
+    real gloo rank holds it whole, and so does sim's rank (the event-by-event test above), and the
+    formula beside it no longer divides it: at world size 2 its parameters are half the rest plus
+    all of the state."""
+    from bench.worker.sim import sharding
+    step = {"optimizer": {"parameters": 1000 + 100, "gradients": 0, "optimizer": 0, "activations": 0,
+                          "temporaries": 0, "other": 0, "kv_cache": 0}}
+    assert sharding.partition(step, "fsdp", 2, (), replicated=100)["breakdown_bytes"]["parameters"] == 500 + 100
+    assert sharding.partition(step, "zero3", 4, (), replicated=100)["breakdown_bytes"]["parameters"] == 250 + 100
+    assert sharding.partition(step, "zero2", 4, (), replicated=100)["breakdown_bytes"]["parameters"] == 1100
+    real, sim = pairs["qlora+fsdp+w2"]
+    formula = sim["details"]["formula_cross_check"]
+    assert formula["breakdown_bytes"]["parameters"] > 0 and real["status"] == "ok"
