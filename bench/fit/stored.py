@@ -13,7 +13,7 @@ import csv
 import json
 from pathlib import Path
 
-from bench.records import checks, reuse
+from bench.records import agreement, checks, record, reuse
 from bench.search import fits_csv
 from bench.spec import inputs
 
@@ -53,13 +53,30 @@ def stored_record(spec: dict, paths: list[Path], here: dict, gpu: str | None = N
             rec = doc["benchmarks"][0]["extra_info"] if isinstance(doc, dict) and "benchmarks" in doc else doc
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             continue
-        if not isinstance(rec, dict) or rec.get("status") != "ok" or checks.gate(rec, judged_on(spec, rec, gpu)):
+        if not isinstance(rec, dict) or rec.get("status") != "ok":
+            continue
+        judged = judged_on(spec, rec, gpu)
+        if checks.gate(rec, judged):
+            said = contradicted(rec, judged, here, resimulate)
+            if said:  # it would answer, were its own numbers not at odds: an error, not an answer
+                return record.failure(spec, "error", f"the stored record {path} contradicts itself: "
+                                      f"{'; '.join(said)}; remove it or rerun the cell"), str(path)
             continue
         ok, note = reuse.accepts(rec.get("versions"), here, resimulate)
         if not ok:
             continue
         return rec, f"{path} ({note})" if note else str(path)
     return None, None
+
+
+def contradicted(rec: dict, spec: dict, here: dict, resimulate: bool) -> list[str]:
+    """What in ``rec`` disagrees with its own numbers (bench/records/agreement.py) where that is all
+    that keeps it from answering: the rest of the contract holds, it was made from the spec's
+    inputs and it is reused by the reuse rule. Empty otherwise."""
+    said = agreement.disagreements(rec)
+    if not said or checks.problems(rec) != said or checks.inputs_problems(rec, spec):
+        return []
+    return said if reuse.accepts(rec.get("versions"), here, resimulate)[0] else []
 
 
 def fits_paths(spec: dict, results: Path, gpu: str) -> list[Path]:
