@@ -13,6 +13,7 @@ import csv
 import json
 from pathlib import Path
 
+from bench.estimate import verdicts
 from bench.records import agreement, checks, record, reuse
 from bench.search import fits_csv
 from bench.spec import inputs
@@ -100,9 +101,12 @@ def stored_fits(spec: dict, results: Path, gpu: str, here: dict | None = None,
     """A search of this cell on ``gpu`` made from the same inputs at the same shape and reused by
     bench/records/reuse.py's rule (as records are), and where."""
     here = here or reuse.versions()
+    prof = spec["verdict_gpus"].get(gpu)
+    cap = verdicts.capacity(prof) if prof else None
 
     def kept(doc, path):
         ok, note = reuse.accepts(reuse.search_versions(doc, path, spec["cell"]), here, resimulate)
+        doc = dict(doc, rows=[fits_csv.refused(r, path, cap) if r.get("gpu") == gpu else r for r in doc["rows"]])
         return (doc, f"{path} ({note})" if note else str(path)) if ok else None
     digest = inputs.digest(spec["inputs_sha256"])
     shape = (str(spec["seq_len"]), str(spec["batch_size"]))
