@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.search import fits_csv
+
 COLUMNS = ("study", "model", "technique", "gpu", "cell", "seq_len", "batch_size", "resolution_tokens", "seq_limit",
            "batch_limit", "max_seq_at_batch1", "seq_answer", "max_batch_at_seq", "batch_answer",
            "peak_at_max_seq_bytes", "peak_at_next_seq_bytes", "peak_at_max_batch_bytes", "peak_at_next_batch_bytes",
@@ -39,4 +41,6 @@ def read_fits(path) -> pd.DataFrame:
             raise FitsError(f"{path}: row {i + 2}, column {col}: {bad.iloc[0][col]!r} is not one of {ANSWERS}")
     if "reason" not in df.columns:
         df["reason"] = ""
-    return df
+    # a row that contradicts itself (bench/search/fits_csv.row_problems) is no answer: an error row
+    rows = [fits_csv.refused(r, f"{path} row {i + 2}") for i, r in enumerate(df.to_dict("records"))]
+    return pd.DataFrame(rows, columns=df.columns, dtype=str).fillna("")

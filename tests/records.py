@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bench.estimate import verdicts as verdict_rules
 from bench.records import checks, record
 from bench.spec import techniques
 from report import GIB
@@ -14,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EVIL = "<script>alert(1)</script>"
 # GPU capacities of the made-up records (the first two as a matrix's gpus.yaml says; others invented).
 CAPACITY = {"a100-80g": 80 * GIB, "h100-80g": 80 * GIB, "rtx-4090": 24 * GIB, "cpu-24g": 24 * GIB, "cpu": 24 * GIB,
-            "h100-80gb": 85045477376, "l40s": 47576711168, "rtx-a6000": 51160023040, "t4": 15828320256}
+            "h100-80gb": 85045477376, "l40s": 47576711168, "rtx-a6000": 51160023040, "t4": 15828320256, "my-46g": 46 * GIB}
 SIM_GPUS = ("a100-80g", "rtx-4090")
 
 
@@ -60,7 +61,7 @@ def contract_details(sp, **given) -> dict:
     return out | given
 
 
-def ok(sp, gib: dict, tokens_per_s=None, flops=None, with_study=True):
+def ok(sp, gib: dict, tokens_per_s=None, flops=None, with_study=True, verdicts=None):
     """An ok record whose breakdown (in GiB, categories left out are 0) sums to its peak."""
     rec = record.blank(sp)
     bd = {c: int(gib.get(c, 0) * GIB) for c in record.CATEGORIES}
@@ -73,13 +74,42 @@ def ok(sp, gib: dict, tokens_per_s=None, flops=None, with_study=True):
     if sp["mode"] != "sim":
         rec.update(tokens_per_s=tokens_per_s, step_s_median=2048 / tokens_per_s, host_peak_rss_bytes=GIB)
     else:
-        rec.update(flops_per_step=flops, verdicts={"a100-80g": "fits", "rtx-4090": "oom"})
+        rec.update(flops_per_step=flops, verdicts=verdicts or {"a100-80g": "fits", "rtx-4090": "oom"})
         if flops:   # a made-up estimate that follows the FLOPs, so cells differ in modelled step time
             step_s = SPEED_ESTIMATE["step_s"] * flops / 1e15
             rec["details"]["speed_model"]["a100-80g"].update(step_s=step_s, tokens_per_s=2048 / step_s)
     if with_study:
         rec.update(study="demo", baseline_cell=f"{sp['model']}__{sp['gpu']}__baseline")
+    replayed(rec)
     assert checks.problems(rec) == [], checks.problems(rec)
+    return rec
+
+
+def replayed(rec: dict) -> dict:
+    """Give a made-up ok sim record the allocator replay its verdicts follow from, as the sim
+    worker's records carry one (bench/records/agreement.py re-derives the verdicts from it): the
+    reserved peak is the record's ``modelled_reserved_peak_bytes`` where given, else the peak if
+    the verdicts allow it, else the least one they allow; "oom" GPUs get a failed allocation.
+    Made-up verdicts that no reserved peak explains fail the record gate, as they should."""
+    if rec["mode"] != "sim" or rec["status"] != "ok" or rec["knobs"].get("workload") == "vllm" \
+            or rec.get("allocator_model"):
+        return rec
+    rec["details"]["verdict_reserve_bytes"] = verdict_rules.RESERVE_BYTES
+    caps = {g: verdict_rules.capacity({"memory_bytes": b}) for g, b in rec["verdict_gpu_memory_bytes"].items()}
+    said = rec["verdicts"] or {}
+    above = max((caps[g] + 1 for g, v in said.items() if v != "fits"), default=0)  # the least reserved peak
+    peak, frag = rec["peak_bytes"], 0
+    if rec["knobs"]["dist"]:  # reserved = the partitioned peak + fragmentation; "tight": the peak alone fits
+        frag = max(0, max((caps[g] + 1 for g, v in said.items() if v == "tight"), default=0) - peak)
+        reserved = peak + frag
+    else:
+        reserved = rec["modelled_reserved_peak_bytes"] or max(peak, above)
+    rec["modelled_reserved_peak_bytes"] = reserved
+    rec["allocator_model"] = {
+        "reserved_peak_bytes": reserved, "fragmentation_at_peak_bytes": frag, "unified_peak_bytes": 0,
+        "capacity_bytes_by_gpu": caps,
+        "first_oom": {g: {"step": 0, "bytes": GIB} if said.get(g) == "oom" and reserved > caps[g] else None
+                      for g in caps}}
     return rec
 
 
@@ -97,6 +127,7 @@ def made(sp, nbytes: dict, **fields):
     if sp["mode"] != "sim":
         rec.update(tokens_per_s=1000.0, step_s_median=2.0, host_peak_rss_bytes=GIB)
     rec.update(fields)
+    replayed(rec)
     assert checks.problems(rec) == [], checks.problems(rec)
     return rec
 
@@ -134,7 +165,8 @@ def demo_records() -> list[dict]:
     s = "qwen2.5-7b"
     recs += [
         ok(spec(s, "sim", ["baseline"], mode="sim"), {"parameters": 28.4, "gradients": 28.4, "optimizer": 85.1,
-                                                       "activations": 1.2}, flops=9.0e13),
+                                                       "activations": 1.2}, flops=9.0e13,
+           verdicts={"a100-80g": "oom", "rtx-4090": "oom"}),  # 143 GiB: on no card
         ok(spec(s, "sim", ["lora"], mode="sim"), {"parameters": 28.4, "gradients": 0.1, "optimizer": 0.3,
                                                    "activations": 1.0}, flops=6.1e13),
         ok(spec(s, "sim", ["bf16"], mode="sim"), {"parameters": 14.2, "gradients": 14.2, "optimizer": 42.6,
@@ -194,7 +226,7 @@ def cpu_records():
 
 def sim(techs, nbytes_gib, verdicts, flops, step_s=None, **kw):
     """A made-up 70B sim record; ``step_s``: a made-up speed-model step time on every GPU it is judged on."""
-    det = {"verdict_rule": RULE, "verdict_reserve_bytes": 2 * GIB} | kw.pop("details", {})
+    det = {"verdict_rule": RULE, "verdict_reserve_bytes": verdict_rules.RESERVE_BYTES} | kw.pop("details", {})
     if step_s is not None:
         det["speed_model"] = {g: speed(step_s, tokens=512) for g in verdicts}
     return made(spec(BIG, "sim", techs, mode="sim", batch_size=1, seq_len=512, verdict_gpus=tuple(verdicts),
@@ -210,14 +242,14 @@ def sim_records():
     return [
         # made-up step times: qlora has the fewest FLOPs but dequantizes, so gc+bf16 is the faster step
         sim(["baseline"], {"parameters": 263, "optimizer": 526, "activations": 10}, ALL_OOM, 1.0e15, step_s=10.0),
-        sim(["gc"], {"parameters": 263, "optimizer": 526, "activations": 2}, ALL_OOM, 1.33e15, step_s=13.3),
+        sim(["gc"], {"parameters": 131.5, "optimizer": 526, "activations": 2}, ALL_OOM, 1.33e15, step_s=13.3),
         sim(["qlora"], {"parameters": 37, "optimizer": 0.5, "activations": 3},
             {"h100-80gb": "fits", "l40s": "tight", "rtx-a6000": "fits", "t4": "oom"}, 0.7e15, step_s=7.0),
-        sim(["gc", "bf16"], {"parameters": 131.5, "optimizer": 5, "activations": 1},
+        sim(["gc", "bf16"], {"parameters": 65.75, "optimizer": 5, "activations": 1},
             {"h100-80gb": "fits", "l40s": "oom", "rtx-a6000": "oom", "t4": "oom"}, 1.2e15, step_s=4.0),
         sim(["zero3"], {"parameters": 263, "gradients": 263, "optimizer": 526, "activations": 10}, ALL_OOM, 1.0e15,
             step_s=10.5),
-        sim(["zero3", "w8"], {"parameters": 33, "gradients": 33, "optimizer": 66, "activations": 10},
+        sim(["zero3", "w8"], {"parameters": 16.5, "gradients": 16.5, "optimizer": 33, "activations": 10},
             {"h100-80gb": "fits", "l40s": "oom", "rtx-a6000": "oom", "t4": "oom"}, 1.0e15, step_s=12.0,
             shape={"world_size": 8}, details={"zero_partitioning": "analytic: model states / 8 ranks"}),
     ]

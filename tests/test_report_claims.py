@@ -13,7 +13,7 @@ import pytest
 from bench.spec import techniques
 from report import GIB, claim, claims, plot_pareto, plot_steps, recommend, table
 from tests.records import (ALL_OOM, BIG, CLAIM_BASE, RULE, M, N, ROOT, cpu, cpu_records, failed, made,  # noqa: F401
-                           sim, sim_records, spec)
+                           replayed, sim, sim_records, spec)
 
 @pytest.fixture(scope="module")
 def df():
@@ -165,6 +165,8 @@ def test_qlora_claim_reads_capacities_from_the_records():
     """No GPU file and no byte counts in the report: a card is 48 GB if its record says so."""
     rec = sim(["qlora"], {"parameters": 40}, {"my-46g": "fits", "l40s": "fits"}, 1e15)
     rec["verdict_gpu_memory_bytes"] = {"my-46g": 46 * GIB, "l40s": 80 * GIB}   # this run's "l40s" is bigger
+    rec["allocator_model"] = None
+    replayed(rec)   # the verdicts' replay, on those cards
     (row,) = [r for r in claims.evaluate(table.to_frame([rec])) if r["key"] == "qlora-70b"]
     assert row["verdict"] == "holds" and "my-46g: fits" in row["evidence"][0] and "l40s" not in row["evidence"][0]
     small = sim(["qlora"], {"parameters": 40}, {"l40s": "fits"}, 1e15, params_total=8_000_000_000)

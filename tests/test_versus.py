@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.estimate import verdicts
 from report import versus
 from report.versus_rows import change_pct
 from tests.versus_helpers import CELLS, edit, folder
@@ -38,14 +39,20 @@ def test_two_equal_folders_compare_complete_with_nothing_moved(tmp_path):
 def test_a_verdict_change_is_highlighted_and_listed_first(tmp_path):
     old, new = folder(tmp_path / "a"), folder(tmp_path / "b")
 
-    def grow(r):   # more activations: a100-80gb no longer fits
+    def grow(r):   # more activations: the 80 GB cards no longer fit (the verdicts follow the replay's reserved peak)
         r["breakdown_bytes"]["activations"] += 40 * 2**30
         r["peak_bytes"] += 40 * 2**30
-        r["verdicts"]["a100-80gb"] = "oom"
+        model = r["allocator_model"]
+        r["modelled_reserved_peak_bytes"] = model["reserved_peak_bytes"] = model["reserved_peak_bytes"] + 40 * 2**30
+        profiles = {g: {"memory_bytes": b} for g, b in r["verdict_gpu_memory_bytes"].items()}
+        model["first_oom"] = {g: {"step": 0} if model["reserved_peak_bytes"] > verdicts.capacity(p) else None
+                              for g, p in profiles.items()}
+        r["verdicts"] = verdicts.from_replay(model, profiles)
+        r["details"]["load_phase"]["verdicts"] = verdicts.load_phase(model, profiles, None)["verdicts"]
     edit(new, SIM, grow)
     code, page, rows = run(old, new, tmp_path / "out", "--fail-on-move")
     assert code == 1 and rows[0]["cell"] == SIM and rows[0]["moved"] == "True"
-    assert rows[0]["verdict_changes"] == "a100-80gb: fits -> oom"
+    assert rows[0]["verdict_changes"].startswith("a100-80gb: fits -> oom")
     assert float(rows[0]["peak_bytes_change_pct"]) == pytest.approx(change_pct(51657855488, 51657855488 + 40 * 2**30))
     assert '<span class="verdict-change">a100-80gb: fits → oom</span>' in page
     assert page.index("Moved beyond tolerance") < page.index(SIM) < page.index("Within tolerance")

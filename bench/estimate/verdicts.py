@@ -112,6 +112,13 @@ def from_estimate(reserved_bytes: int, allocated_bytes: int, profiles: dict) -> 
     return out
 
 
+def after_load(step: dict[str, str], load: dict[str, str]) -> dict[str, str]:
+    """{gpu: verdict} of a step whose load is judged apart (a sharded cell's load plan,
+    bench/estimate/loadplan.py): a GPU the load does not fit ("oom while loading") is "oom",
+    whatever the step's verdict."""
+    return {gpu: "oom" if load.get(gpu, "fits") != "fits" else v for gpu, v in step.items()}
+
+
 def notes(knobs: dict, profiles: dict) -> dict[str, str]:
     """Caveats of one simulation for particular GPUs: {gpu: note}; empty when there are none."""
     low_precision = knobs["precision"] in ("bf16", "amp-bf16") or knobs["adapter"] == "qlora"

@@ -51,6 +51,10 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
             if rec.get("status") != "ok" and rec.get("reason"):
                 line["reason"] = rec["reason"]
             # a study's stored search answers for the asked GPU as the study's record does
+            if rec.get("status") == "error":  # no search answers for a cell without a record
+                line.update(fit=None, fits_source="not searched")
+                out.append(line)
+                continue
             doc, fits_from = stored_fits(spec, results, gpu, here, resimulate)
             judged = judged_on(spec, rec, gpu) if rec.get("status") == "ok" else spec
             if doc is None and judged is not spec:

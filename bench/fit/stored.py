@@ -13,7 +13,8 @@ import csv
 import json
 from pathlib import Path
 
-from bench.records import checks, reuse
+from bench.estimate import verdicts
+from bench.records import agreement, checks, record, reuse
 from bench.search import fits_csv
 from bench.spec import inputs
 
@@ -53,13 +54,30 @@ def stored_record(spec: dict, paths: list[Path], here: dict, gpu: str | None = N
             rec = doc["benchmarks"][0]["extra_info"] if isinstance(doc, dict) and "benchmarks" in doc else doc
         except (OSError, ValueError, KeyError, IndexError, TypeError):
             continue
-        if not isinstance(rec, dict) or rec.get("status") != "ok" or checks.gate(rec, judged_on(spec, rec, gpu)):
+        if not isinstance(rec, dict) or rec.get("status") != "ok":
+            continue
+        judged = judged_on(spec, rec, gpu)
+        if checks.gate(rec, judged):
+            said = contradicted(rec, judged, here, resimulate)
+            if said:  # it would answer, were its own numbers not at odds: an error, not an answer
+                return record.failure(spec, "error", f"the stored record {path} contradicts itself: "
+                                      f"{'; '.join(said)}; remove it or rerun the cell"), str(path)
             continue
         ok, note = reuse.accepts(rec.get("versions"), here, resimulate)
         if not ok:
             continue
         return rec, f"{path} ({note})" if note else str(path)
     return None, None
+
+
+def contradicted(rec: dict, spec: dict, here: dict, resimulate: bool) -> list[str]:
+    """What in ``rec`` disagrees with its own numbers (bench/records/agreement.py) where that is all
+    that keeps it from answering: the rest of the contract holds, it was made from the spec's
+    inputs and it is reused by the reuse rule. Empty otherwise."""
+    said = agreement.disagreements(rec)
+    if not said or checks.problems(rec) != said or checks.inputs_problems(rec, spec):
+        return []
+    return said if reuse.accepts(rec.get("versions"), here, resimulate)[0] else []
 
 
 def fits_paths(spec: dict, results: Path, gpu: str) -> list[Path]:
@@ -83,9 +101,12 @@ def stored_fits(spec: dict, results: Path, gpu: str, here: dict | None = None,
     """A search of this cell on ``gpu`` made from the same inputs at the same shape and reused by
     bench/records/reuse.py's rule (as records are), and where."""
     here = here or reuse.versions()
+    prof = spec["verdict_gpus"].get(gpu)
+    cap = verdicts.capacity(prof) if prof else None
 
     def kept(doc, path):
         ok, note = reuse.accepts(reuse.search_versions(doc, path, spec["cell"]), here, resimulate)
+        doc = dict(doc, rows=[fits_csv.refused(r, path, cap) if r.get("gpu") == gpu else r for r in doc["rows"]])
         return (doc, f"{path} ({note})" if note else str(path)) if ok else None
     digest = inputs.digest(spec["inputs_sha256"])
     shape = (str(spec["seq_len"]), str(spec["batch_size"]))

@@ -2,13 +2,15 @@
 what is wrong with one record; ``inputs_problems(rec, spec)``, whether it was made from the
 spec's inputs; ``gate(rec, spec)``, the one gate every reader (the fit CLI, the fits search,
 the table, the results reader) passes a record through before it trusts it. Never raises on
-bad JSON: a corrupt file becomes a reason. Torch-free.
+bad JSON: a corrupt file becomes a reason. An ok sim record must also agree with itself: its
+verdicts and its need re-derived from its own fields (bench/records/agreement.py). Torch-free.
 """
 from __future__ import annotations
 
 import json
 import math
 
+from bench.records import agreement
 from bench.records.record import (BYTE_FIELDS, CATEGORIES, ESTIMATE_KEYS, FIELDS, INFERENCE_PHASES, LATER_CATEGORIES,
                                   MODES, NUMBER, NUMBER_FIELDS, PHASES, PROVENANCE, RECORD_VERSION, REPORT_DETAILS,
                                   SHAPE_FIELDS, SPEC_FIELDS, SPEED_DETAILS, STATUSES, STEP_COST_KEYS, VERDICTS, blank,
@@ -45,8 +47,8 @@ def problems(rec) -> list[str]:
     if not _readable(rec):  # the checks below read mode, knobs, the shape and the status
         return out
     out += _number_problems(rec)
-    if rec["status"] == "ok":
-        out += _ok_problems(rec) + _loss_problems(rec)
+    if rec["status"] == "ok":  # an ok record of the right shape must also agree with itself
+        out += _ok_problems(rec) + _loss_problems(rec) or agreement.disagreements(rec)
     elif not rec["reason"]:
         out.append(f"status {rec['status']!r} without a reason")
     return out + _details_problems(rec)

@@ -71,6 +71,47 @@ def answer_text(row: dict, axis: str) -> str:
     return shape
 
 
+COUNT_COLUMNS = ("seq_len", "batch_size", "resolution_tokens", "seq_limit", "batch_limit", "max_seq_at_batch1",
+                 "max_batch_at_seq", "peak_at_max_seq_bytes", "peak_at_next_seq_bytes", "peak_at_max_batch_bytes",
+                 "peak_at_next_batch_bytes")
+AXES = {"seq": ("max_seq_at_batch1", "seq_limit", "peak_at_max_seq_bytes"),
+        "batch": ("max_batch_at_seq", "batch_limit", "peak_at_max_batch_bytes")}
+
+
+def _count(v):
+    """An integer from a row's cell (int, or its decimal text from the CSV); None when blank; False when not one."""
+    if v is None or v == "":
+        return None
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):
+        return v
+    return int(v) if isinstance(v, str) and v.strip().isdigit() else False
+
+
+def row_problems(r: dict, capacity: int | None = None) -> list[str]:
+    """What makes a search row contradict itself (empty: it may be answered from): an answer that is
+    not one of ANSWER_WORDS, a count column that is not a count, a "fits"/"beyond" answer without
+    its value or outside the row's own limit, and (given the GPU's ``capacity``, verdicts.capacity)
+    an answer that fits whose own sampled peak exceeds that capacity. Never raises."""
+    if not isinstance(r, dict):
+        return [f"a search row is an object, not {type(r).__name__}"]
+    out = [f"{c} {r.get(c)!r} is not a count" for c in COUNT_COLUMNS if _count(r.get(c)) is False]
+    for axis, (col, limit, peak) in AXES.items():
+        ans = r.get(f"{axis}_answer")
+        if ans not in ANSWER_WORDS:
+            out.append(f"{axis}_answer {ans!r} is not one of {sorted(ANSWER_WORDS)}")
+            continue
+        value, lim, top = _count(r.get(col)), _count(r.get(limit)), _count(r.get(peak))
+        if ans not in ("fits", "beyond") or value is False or (value is None and ans == "beyond"):
+            continue
+        if not value or lim is False or (lim and value > lim):
+            out.append(f"{col} {r.get(col)!r} is not an answer within the row's own {limit} {r.get(limit)!r}")
+        elif capacity is not None and top and top > capacity:
+            out.append(f"{axis}_answer {ans!r}, yet its own {peak} {top} exceeds the card's capacity {capacity}")
+    return out
+
+
 def read_doc(path: Path) -> tuple[dict | None, str]:
     """A per-cell search file, or None and why it cannot be used (never raises)."""
     try:
@@ -81,6 +122,16 @@ def read_doc(path: Path) -> tuple[dict | None, str]:
             or not all(isinstance(r, dict) and isinstance(r.get("gpu"), str) for r in doc["rows"]):
         return None, "not a search file (an object with cell and rows, one per GPU)"
     return doc, ""
+
+
+def refused(r: dict, where, capacity: int | None = None) -> dict:
+    """``r`` where it holds (``row_problems``), else the row as an error row naming what
+    contradicts what: "not searched", rerun to search again; never an answer."""
+    found = row_problems(r, capacity)
+    if not found:
+        return r
+    return dict(r, seq_answer="error", batch_answer="error", max_seq_at_batch1=None, max_batch_at_seq=None,
+                reason=f"the stored search {where} contradicts itself: {'; '.join(found)}; rerun to search again")
 
 
 def set_aside(path: Path, why: str, say) -> None:

@@ -32,21 +32,21 @@ def _plain(obj):
     raise TypeError(f"{type(obj).__name__} has no canonical JSON form")
 
 
-# the code a simulated record is made by: the worker and sim engine, the allocator replay, the
-# verdict, load and speed models, the technique catalogue and the record's own rules
-ENGINE_FILES = ("worker/**/*.py", "estimate/allocator.py", "estimate/replay.py", "estimate/verdicts.py",
-                "estimate/pools.py", "estimate/loadplan.py", "estimate/speedmodel.py", "spec/techniques.py", "spec/catalogue.py",
-                "records/record.py",
-                "records/checks.py",
+# the code a simulated record or a stored answer is made by: the worker and sim engine, the
+# allocator replay, the verdict, need, load, speed and interpolation models, the fits search, the
+# technique catalogue, vLLM's plan and the record's own rules and gate (tests/test_engine_digest.py
+# holds that every module the search and the answer import is here, or said to make no answer)
+ENGINE_FILES = ("worker/**/*.py", "estimate/*.py", "search/*.py", "spec/techniques.py", "spec/catalogue.py",
+                "spec/workloads.py", "records/record.py", "records/checks.py", "records/agreement.py",
                 "spec/inputs.py")
 
 
-def engine_digest() -> str:
+def engine_digest(root=None) -> str:
     """sha256 (first 16 hex) of the engine's source files (``ENGINE_FILES`` under bench/): a
     record made by other code is not the record this code would make, so it is not reused as
     if it were (bench/cli.py)."""
     from pathlib import Path
-    root = Path(__file__).resolve().parents[1]  # bench/
+    root = Path(root) if root else Path(__file__).resolve().parents[1]  # bench/
     files = sorted({p for pattern in ENGINE_FILES for p in root.glob(pattern)})
     h = hashlib.sha256()
     for p in files:

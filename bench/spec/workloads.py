@@ -116,6 +116,11 @@ def _gib(b) -> float:
     return round(b / GiB, 2)
 
 
+def verdict(plan_: dict) -> str:
+    """A vLLM plan's verdict on its card: "fits" when the engine starts there, else "oom"."""
+    return "fits" if plan_["starts"] else "oom"
+
+
 def plan(total: int, util: float, weights: int, activation_peak: int, kv_token_bytes: int, max_model_len: int,
          coresident: int = 0, cuda_graph: int = CUDA_GRAPH_BYTES, non_torch: int = NON_TORCH_BYTES,
          context: int = CUDA_CONTEXT_BYTES) -> dict:

@@ -139,12 +139,12 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None, single: 
         out["modelled_reserved_peak_bytes"] = reserved
         model["per_rank_estimate"] = ("modelled_reserved_peak_bytes = partitioned peak + this single-process "
                                       "replay's fragmentation at its peak; the figures here are the single process's")
-        out["verdicts"] = verdicts.from_estimate(reserved, out["peak_bytes"], profiles)
         details["verdict_rule"] = verdicts.ESTIMATE_RULE
         details["load_phase"] = multi_process_load(m.session.model, spec, model, profiles, units, out)
+        out["verdicts"] = verdicts.after_load(verdicts.from_estimate(reserved, out["peak_bytes"], profiles),
+                                              details["load_phase"]["verdicts"])
         for gpu, v in details["load_phase"]["verdicts"].items():
             if v != "fits":
-                out["verdicts"][gpu] = "oom"
                 details["verdict_notes"][gpu] = "; ".join(filter(None, (
                     details["verdict_notes"].get(gpu), f"oom while loading ({details['load_phase']['placement']})")))
     else:

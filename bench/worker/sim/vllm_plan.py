@@ -110,5 +110,5 @@ def run(spec: dict) -> dict:
             "phase_peak_bytes": None, "step_peak_bytes": None,
             "params_total": prof["params_total"], "params_trainable": prof["params_trainable"],
             "step_s_median": None, "tokens_per_s": None, "host_peak_rss_bytes": train.host_peak_rss(),
-            "verdicts": {g: "fits" if p["starts"] else "oom" for g, p in plans.items()},
+            "verdicts": {g: workloads.verdict(p) for g, p in plans.items()},
             "details": details}
