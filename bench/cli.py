@@ -91,6 +91,8 @@ def main(argv=None) -> int:
         q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
                               args.trust_remote_code)
         asked = q.techniques is not None
+        for said, spelled in (fitcells.canonical_techniques(q.techniques)[1] if asked else {}).items():
+            say(f"ft-membench: {said} is the recipe {spelled} (one spelling per recipe: its cell and records)")
         cells = fitcells.specs(q.model, args.gpu, q.techniques or fitcells.default_techniques(), q.seq, q.batch,
                                q.options, args.trust_remote_code)
     except fitinput.Usage as exc:
