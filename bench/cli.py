@@ -43,6 +43,7 @@ import sys
 from pathlib import Path
 
 from bench.fit import cells as fitcells
+from bench.fit import gpus as fitgpus
 from bench.fit import guard, tofit
 from bench.fit import question as fitinput
 from bench.fit.answer import answer
@@ -62,8 +63,10 @@ def parser() -> argparse.ArgumentParser:
                                       "LLaMA-Factory or torchtune YAML")
     fit.add_argument("--format", choices=["trl", "axolotl", "llamafactory", "torchtune"],
                      help="the --config's format (default: told from its keys)")
-    fit.add_argument("--gpu", required=True, type=str.lower,
-                     help=f"a GPU profile of matrix/gpus.yaml, any case: {', '.join(fitcells.cuda_profiles())}")
+    fit.add_argument("--gpu", required=True,
+                     help=f"a GPU profile of matrix/gpus.yaml ({', '.join(fitcells.cuda_profiles())}), as typed "
+                          "(4090, 'RTX 4090', h100), or NxGPU for N of them (2xrtx-4090)")
+    fit.add_argument("--gpus", type=int, help="how many GPUs (default 1): sharding recipes run on that many ranks")
     fit.add_argument("--techniques", help="comma-separated, e.g. lora+gc+bf16,qlora+gc (default: the 7-8B study's)")
     fit.add_argument("--seq", type=int, help="sequence length (default 2048)")
     fit.add_argument("--batch", type=int, help="batch size (default 1)")
@@ -90,29 +93,35 @@ def main(argv=None) -> int:
             raise fitinput.Usage("--techniques: empty list")
         q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
                               args.trust_remote_code)
+        gpu, n_gpus = fitgpus.resolve(args.gpu, fitcells.cuda_profiles(), args.gpus)
         asked = q.techniques is not None
-        cells = fitcells.specs(q.model, args.gpu, q.techniques or fitcells.default_techniques(), q.seq, q.batch,
-                               q.options, args.trust_remote_code)
+        chosen, renamed = fitcells.canonical_techniques(q.techniques or fitcells.default_techniques())
+        for said, spelled in (renamed if asked else {}).items():
+            say(f"ft-membench: {said} is the recipe {spelled} (one spelling per recipe: its cell and records)")
+        chosen, notes = fitgpus.on_gpus(chosen, n_gpus, asked)
+        for note in notes:
+            say(f"ft-membench: note: {note}")
+        cells = fitcells.specs(q.model, gpu, chosen, q.seq, q.batch, q.options, args.trust_remote_code)
     except fitinput.Usage as exc:
         print(f"ft-membench: {exc}", file=sys.stderr)
         return guard.BAD_INPUT
-    profile = next(iter(cells.values()))["verdict_gpus"][args.gpu]
-    lines = answer(cells, args.gpu, Path(args.results), search=not args.no_search, say=say, jobs=args.jobs,
+    profile = next(iter(cells.values()))["verdict_gpus"][gpu]
+    lines = answer(cells, gpu, Path(args.results), search=not args.no_search, say=say, jobs=args.jobs,
                    resimulate=args.resimulate)
 
     def evaluate(variants: list[list[str]]) -> list[dict]:
-        more = fitcells.specs(q.model, args.gpu, ["+".join(v) for v in variants], q.seq, q.batch, q.options,
+        more = fitcells.specs(q.model, gpu, ["+".join(v) for v in variants], q.seq, q.batch, q.options,
                               args.trust_remote_code)
-        return answer(more, args.gpu, Path(args.results), search=False, say=say, jobs=args.jobs,
+        return answer(more, gpu, Path(args.results), search=False, say=say, jobs=args.jobs,
                       resimulate=args.resimulate)
     hints = [] if args.no_hints or not asked else \
-        [dict(h, for_recipe=ln["technique"]) for ln in lines for h in tofit.hints(ln, args.gpu, profile, evaluate)]
-    code = guard.exit_code(lines, args.gpu, asked, args.allow_tight)
+        [dict(h, for_recipe=ln["technique"]) for ln in lines for h in tofit.hints(ln, gpu, profile, evaluate)]
+    code = guard.exit_code(lines, gpu, asked, args.allow_tight)
     if args.json:
-        print(json.dumps(guard.answer_object(q, lines, args.gpu, profile, hints, code, args.allow_tight), indent=1))
+        print(json.dumps(guard.answer_object(q, lines, gpu, profile, hints, code, args.allow_tight), indent=1))
     else:
-        print(render(lines, args.gpu, profile, q.asked, best=not asked))
-        print(guard.describe(q, hints, guard.warnings(lines, args.gpu, args.allow_tight), code))
+        print(render(lines, gpu, profile, q.asked, best=not asked))
+        print(guard.describe(q, hints, guard.warnings(lines, gpu, args.allow_tight), code))
     for ln in lines:   # the reason is on stdout under its line; said on stderr too, and the exit says it
         if (ln.get("record") or {}).get("status") in ("error", "timeout"):
             say(f"ft-membench: {ln['technique']}: {ln['verdict']}: {ln.get('reason') or 'no reason given'}")

@@ -13,7 +13,7 @@ import yaml
 
 from bench.fit.question import Usage
 from bench.spec import matrix, matrixfile
-from bench.spec.techniques import MAXIMUMS, MINIMUMS
+from bench.spec.techniques import MAXIMUMS, MINIMUMS, canonical
 
 DEFAULT_STUDY = "sim-7b-8b"  # its techniques are the default list
 
@@ -34,11 +34,39 @@ def default_techniques() -> list[str]:
     return list(doc["studies"][DEFAULT_STUDY]["techniques"])
 
 
+def matrix_spellings() -> list[str]:
+    """Every technique combination as the default matrix spells it (its cell ids, its stored records)."""
+    try:
+        doc = yaml.load(matrix.DEFAULT_MATRIX.read_text(), Loader=matrixfile.SAFE_LOADER)
+    except (OSError, ValueError, matrix.MatrixError):
+        return []
+    studies = (doc or {}).get("studies") or {}
+    return list(dict.fromkeys(t for s in studies.values() if isinstance(s, dict)
+                              for t in s.get("techniques") or [] if isinstance(t, str)))
+
+
+def canonical_techniques(techniques: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The asked combinations in their one spelling (bench/spec/techniques.py ``canonical``: the
+    default matrix's where it has the same set), each once, and {as asked: as spelled} where the
+    two differ, so a recipe written in another order is the same cell and finds its records."""
+    known = matrix_spellings()
+    out, renamed = [], {}
+    for t in techniques:
+        c = canonical(t, known)
+        if c != t:
+            renamed[t] = c
+        if c not in out:
+            out.append(c)
+    return out, renamed
+
+
 def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: int | None,
           options: dict | None = None, trust_remote_code: bool = False) -> dict[str, dict]:
     """{cell: spec} for the question, through the matrix loader: the study is judged against
     every cuda profile of matrix/gpus.yaml (as the default matrix's sim studies are), so its
-    records are the matrix's own where the shape agrees."""
+    records are the matrix's own where the shape agrees. Techniques are taken in their one
+    spelling (``canonical_techniques``)."""
+    techniques = canonical_techniques(techniques)[0]
     base = matrix.DEFAULT_MATRIX.parent
     gpus = yaml.load((base / "gpus.yaml").read_text(), Loader=matrixfile.SAFE_LOADER)
     if gpu not in gpus or gpus[gpu].get("kind") != "cuda":

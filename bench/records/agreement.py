@@ -13,6 +13,9 @@ What is re-derived, per kind of ok sim record:
   replay's reserved peak has no failing allocation (bench/estimate/replay.model); ``verdicts``
   are ``verdicts.from_replay``, the load phase's ``verdicts.load_phase``, the paging
   ``verdicts.paging``;
+- a sharded step run as one rank runs it (``details.rank_program``: FSDP2 per rank): the replay
+  is the rank's, so as for a single-process step, but the verdicts are ``verdicts.from_replay``
+  overruled by the load plan's (``verdicts.after_load``), as for any sharded step;
 - a sharded step (ZeRO/FSDP, no per-rank trace): the reserved estimate is the partitioned peak
   plus the replay's fragmentation at its peak; ``verdicts`` are ``verdicts.from_estimate``
   overruled by the load plan's (``loadplan.placements`` at the record's world size,
@@ -45,6 +48,8 @@ def disagreements(rec: dict) -> list[str]:
         model = rec["allocator_model"]
         if not isinstance(model, dict):
             return out + ["allocator_model missing: the replay the verdicts come from is not in the record"]
+        if rec["knobs"].get("dist") and details.get("rank_program"):
+            return out + _replayed(rec, details, model, profiles, per_rank=True)
         if rec["knobs"].get("dist"):
             return out + _sharded(rec, details, model, profiles)
         return out + _replayed(rec, details, model, profiles)
@@ -60,7 +65,7 @@ def _differ(name: str, stored, derived) -> list[str]:
             for g in sorted(set(stored) | set(derived)) if stored.get(g) != derived.get(g)]
 
 
-def _replayed(rec: dict, details: dict, model: dict, profiles: dict) -> list[str]:
+def _replayed(rec: dict, details: dict, model: dict, profiles: dict, per_rank: bool = False) -> list[str]:
     out = []
     reserved = model["reserved_peak_bytes"]
     if rec["modelled_reserved_peak_bytes"] != reserved:
@@ -77,6 +82,10 @@ def _replayed(rec: dict, details: dict, model: dict, profiles: dict) -> list[str
                        f"{reserved} fits its capacity {verdicts.capacity(prof)}")
     if out:
         return out
+    if per_rank:
+        out, load_verdicts = _load_plan(rec, details, profiles)
+        return out + _differ("verdicts", rec["verdicts"], verdicts.after_load(verdicts.from_replay(model, profiles),
+                                                                          load_verdicts))
     out += _differ("verdicts", rec["verdicts"], verdicts.from_replay(model, profiles))
     load = details.get("load_phase")
     if isinstance(load, dict):
@@ -91,6 +100,13 @@ def _sharded(rec: dict, details: dict, model: dict, profiles: dict) -> list[str]
     if rec["modelled_reserved_peak_bytes"] != reserved:
         return [f"modelled_reserved_peak_bytes is {rec['modelled_reserved_peak_bytes']!r}, its own peak_bytes plus "
                 f"the replay's fragmentation at its peak (allocator_model.fragmentation_at_peak_bytes) is {reserved}"]
+    out, load_verdicts = _load_plan(rec, details, profiles)
+    derived = verdicts.after_load(verdicts.from_estimate(reserved, rec["peak_bytes"], profiles), load_verdicts)
+    return out + _differ("verdicts", rec["verdicts"], derived)
+
+
+def _load_plan(rec: dict, details: dict, profiles: dict) -> tuple[list[str], dict]:
+    """(disagreements, {gpu: load verdict}) of a sharded record's load plan at its world size."""
     out, load_verdicts = [], {}
     load = details.get("load_phase")
     if isinstance(load, dict):
@@ -100,8 +116,7 @@ def _sharded(rec: dict, details: dict, model: dict, profiles: dict) -> list[str]
                                     rec["world_size"], profiles)
         load_verdicts = plans[load["placement"]]["verdicts"]
         out += _differ("details.load_phase.verdicts", load["verdicts"], load_verdicts)
-    derived = verdicts.after_load(verdicts.from_estimate(reserved, rec["peak_bytes"], profiles), load_verdicts)
-    return out + _differ("verdicts", rec["verdicts"], derived)
+    return out, load_verdicts
 
 
 def _vllm(rec: dict, details: dict, caps: dict) -> list[str]:

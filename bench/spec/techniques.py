@@ -107,6 +107,35 @@ def lookup(name: str) -> Technique:
     raise KeyError(f"unknown technique {name!r} (known: {known})")
 
 
+ADAPTERS = ("lora", "qlora", "qlora-fp32", "dora", "lora-all")
+
+
+def _order(name: str) -> tuple:
+    """Where ``name`` sorts in a canonical spelling, as the matrix mostly writes them: the
+    adapter, the sharding engine, the other catalogue entries in the catalogue's order, then the
+    numbered and decimal families in their order here, by value; unknown names last."""
+    if name in CATALOG:
+        return (0 if name in ADAPTERS else 1 if name in SHARDED else 2, list(CATALOG).index(name), 0.0)
+    for i, pattern in enumerate([*PATTERNS, *DECIMAL_PATTERNS]):
+        m = pattern.fullmatch(name)
+        if m:
+            return (3, i, float(m.group(1)))
+    return (4, 0, 0.0)
+
+
+def canonical(combo: str, known=()) -> str:
+    """The one spelling of a combination (issue 37: ``fsdp+qlora+gc+w2`` and ``qlora+fsdp+gc+w2``
+    are one recipe, one cell): the spelling in ``known`` (e.g. the default matrix's, whose stored
+    records and cell ids use it) with the same set of techniques, else the techniques in
+    ``_order``'s order. A technique written twice is kept twice (``knobs`` refuses it)."""
+    names = combo.split("+")
+    key = sorted(names)
+    for spelling in known:
+        if sorted(spelling.split("+")) == key:
+            return spelling
+    return "+".join(sorted(names, key=_order))
+
+
 def knobs(names: list[str]) -> dict:
     """The knobs a combination sets, on top of DEFAULT_KNOBS; ValueError if impossible."""
     out, owner = dict(DEFAULT_KNOBS), {}

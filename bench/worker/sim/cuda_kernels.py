@@ -19,7 +19,9 @@ by default the CPU kernels' choices would be simulated. Two differ from CUDA in 
      padded to a multiple of 32 rows (identical for L % 32 == 0), plus the float mask. It takes
      equal head counts only: with a mask transformers repeats the key/value heads itself, and
      the flash op stands in for it; a float mask, when there is one, is converted as
-     CUDA does and held until backward.
+     CUDA does and held until the attention's backward as a saved tensor of the step's graph
+     (``hold_for_backward``): under activation checkpointing it is dropped with the layer's
+     other saved tensors and recomputed, one layer's mask alive at a time, as on a GPU.
    - math (head dim > 256, grouped-query heads in fp32, or a dtype the fused kernels lack)
      materialises B x H x L x L.
    Not modelled: T4 (sm75) has no flash kernel and no bf16 memory-efficient kernel, so bf16
@@ -92,10 +94,35 @@ def cuda_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
             held = attn_mask
             if attn_mask.dtype == torch.bool:
                 held = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill_(attn_mask.logical_not(), float("-inf"))
-        out = aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, False, scale=scale)[0]
-    if held is not None and out.grad_fn is not None:
-        out.grad_fn.metadata["sim_saved_mask"] = held  # lives as long as the graph, like a saved tensor
-    return out
+        if held is not None:
+            query, key, value = hold_for_backward(held, query, key, value)
+        return aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, False, scale=scale)[0]
+
+
+class _Held(torch.autograd.Function):
+    """Identity on the attention's inputs whose node saves the float mask as a saved tensor:
+    held from the forward until the attention's backward has run (this node's backward comes
+    right after it), and seen by ``saved_tensors_hooks``, so activation checkpointing drops it
+    with the layer's other saved tensors and recomputes it for backward, as CUDA's
+    memory-efficient kernel's saved bias is."""
+
+    @staticmethod
+    def forward(ctx, bias, *inputs):
+        ctx.save_for_backward(bias)
+        return tuple(t.view_as(t) for t in inputs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.saved_tensors  # unpacked, so checkpointing's recomputed copy is released here  # noqa: B018
+        return (None, *grads)
+
+
+def hold_for_backward(bias, *inputs) -> tuple:
+    """``inputs`` (query, key, value) as the attention takes them, with ``bias`` kept for its
+    backward as a saved tensor (see ``_Held``); unchanged where no graph is recorded."""
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in inputs)):
+        return inputs
+    return _Held.apply(bias, *inputs)
 
 
 def _flash_bwd(args, kwargs) -> int:

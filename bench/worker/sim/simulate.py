@@ -210,12 +210,11 @@ def per_rank(spec: dict, m: Measured, single: Measured, gathered_peers: dict | N
     details.update(verdict_reserve_bytes=verdicts.RESERVE_BYTES, verdict_notes=verdicts.notes(spec["knobs"], profiles))
     model = alloctrace.attach(out, tracker, spec, profiles)
     model["per_rank"] = "the trace replayed is rank 0's own step, from its shards placed at load"
-    out["verdicts"] = verdicts.from_replay(model, profiles)
     details["verdict_rule"] = verdicts.RULE + "; the trace is rank 0's own step (FSDP2 over a fake process group)"
     details["load_phase"] = multi_process_load(single.session.model, spec, model, profiles, units, out)
+    out["verdicts"] = verdicts.after_load(verdicts.from_replay(model, profiles), details["load_phase"]["verdicts"])
     for gpu, v in details["load_phase"]["verdicts"].items():
         if v != "fits":
-            out["verdicts"][gpu] = "oom"
             details["verdict_notes"][gpu] = "; ".join(filter(None, (
                 details["verdict_notes"].get(gpu), f"oom while loading ({details['load_phase']['placement']})")))
     return _costs(spec, m, out, phases[states_phase_of(phases)], gathered_peers)
