@@ -124,3 +124,52 @@ def test_duplicate_yaml_key_is_refused(tmp_path):
     path = tmp_path / "corpus.yaml"
     path.write_text(text[:first] + "  value: 18.9\n  value: 9.9\n" + text[first + len("  value: 18.9\n"):])
     refused(path, "duplicate key 'value'")
+
+
+# --- roles: development and held-out ---------------------------------------------------------
+
+def test_every_row_has_a_role_and_todays_rows_are_development(rows):
+    assert {r["role"] for r in rows} <= set(published.ROLES)
+    # the model was developed against the whole corpus as it stood (issue 36): no held-out row
+    # may claim otherwise without a first score stored with it
+    for r in rows:
+        assert r["role"] == "development" or "first_score" in r, r["id"]
+
+
+def test_a_row_without_a_role_is_refused(tmp_path):
+    def drop(rows):
+        del rows[2]["role"]
+    refused(corrupted(tmp_path, drop), "rows[tt-8b-lora-4090].role", "required")
+
+
+def test_a_development_row_cannot_carry_a_first_score(tmp_path):
+    def bad(rows):
+        rows[2]["first_score"] = {"error_pct": 1.0, "verdict": "fits", "engine_digest": "0123456789abcdef",
+                                  "date": "2026-12-01"}
+    refused(corrupted(tmp_path, bad), "rows[tt-8b-lora-4090].first_score", "held-out")
+
+
+def own_run_row(**over) -> dict:
+    """A held-out row of our own GPU measurement, as another session adds them (issue 36)."""
+    row = {"id": "own-h200-qwen7b-lora", "role": "held-out", "source": "ft-membench cuda run: results/h200/cells",
+           "read_at": "2026-12-01", "source_kind": "own-run", "model": "Qwen2.5-7B", "model_config": "qwen2.5-7b",
+           "recipe": "LoRA, bf16, gc", "techniques": "lora+gc+bf16", "batch_size": 1, "seq_len": 2048,
+           "gpu": "H200", "gpu_profile": None, "n_gpus": 1, "measure": "allocated", "value_kind": "peak",
+           "value": 20.0, "unit": "GiB", "value_gib": 20.0, "tokens_per_s": None, "outcome": "fits",
+           "unmatched": None, "notes": None,
+           "first_score": {"error_pct": -2.5, "predicted_gib": 19.5, "verdict": "fits",
+                           "engine_digest": "0123456789abcdef", "date": "2026-12-01"}}
+    row.update(over)
+    return row
+
+
+def test_a_held_out_own_run_row_with_its_first_score_loads(tmp_path):
+    path = corrupted(tmp_path, lambda rows: rows.append(own_run_row()))
+    got = {r["id"]: r for r in published.load(path)}["own-h200-qwen7b-lora"]
+    assert got["first_score"]["engine_digest"] == "0123456789abcdef"
+
+
+def test_a_first_score_without_its_engine_digest_is_refused(tmp_path):
+    row = own_run_row()
+    del row["first_score"]["engine_digest"]
+    refused(corrupted(tmp_path, lambda rows: rows.append(row)), "first_score", "engine_digest")
