@@ -33,6 +33,7 @@ import math
 
 import pandas as pd
 
+from bench.estimate import speedcv
 from bench.estimate.measures import comparable_step, need_bytes
 from report.compare import other_workload, parts
 from report.fmt import DASH, details, dtypes_text, fmt_count, fmt_gib, jcol, knobs, missing, provenance
@@ -190,7 +191,8 @@ def lookup_row(c: dict, fits, recommended: bool, rank: int) -> dict:
         how = "cuda-measured"
     elif c["speed"]:
         step, tokens, how = f"{c['speed']['step_s']:.2f} s", fmt_count(c["speed"].get("tokens_per_s")), \
-            f"modelled ({c['speed'].get('calibration', 'calibration not said')}): {c['speed'].get('how', '')}"
+            f"modelled ({c['speed'].get('calibration', 'calibration not said')}; "
+            f"{speedcv.note(c['speed'].get('calibration'))}): {c['speed'].get('how', '')}"
     else:
         step, tokens, how = "no speed model", DASH, ""
     if c.get("unranked"):   # shown, never ranked against steps of the whole batch x sequence
