@@ -99,9 +99,7 @@ def test_the_full_finetune_fits_with_its_paged_states_paged_out(torchtune):
 
 def test_the_ada_factor_is_the_fit_on_the_matched_rows(torchtune):
     rows = []
-    for pub, rec in torchtune.values():
-        if pub.get("unmatched"):
-            continue
+    for pub, rec in torchtune.values():   # all three rows: the QLoRA row's note (torchao's NF4) is no reason to leave it out
         cost = rec["details"]["step_cost"]
         profile = rec["verdict_gpus"][GPU] if "verdict_gpus" in rec else matrix.load()[rec["cell"]]["verdict_gpus"][GPU]
         device, why = speedmodel.device_seconds(cost, profile)

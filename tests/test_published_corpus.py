@@ -173,3 +173,31 @@ def test_a_first_score_without_its_engine_digest_is_refused(tmp_path):
     row = own_run_row()
     del row["first_score"]["engine_digest"]
     refused(corrupted(tmp_path, lambda rows: rows.append(row)), "first_score", "engine_digest")
+
+
+# --- one copy of each published row: the studies name corpus rows (issue 36) ------------------
+
+def test_studies_read_their_published_figures_from_the_corpus(rows):
+    from bench.spec import matrix
+    by_id = {r["id"]: r for r in rows}
+    cells = [s for s in matrix.load().values() if s.get("published")]
+    assert len(cells) == 13        # torchtune's 3B table (10) and its 8B rows on the RTX 4090 (3)
+    for s in cells:
+        pub, row = s["published"], by_id[s["published"]["row"]]
+        assert pub["peak_gib"] == row["value_gib"] and pub["measure"] == row["measure"], s["cell"]
+        assert pub.get("tokens_per_s") == row["tokens_per_s"] and sorted(row["techniques"].split("+")) == sorted(s["techniques"])
+    text = (published.ROOT / "matrix" / "default.yaml").read_text()
+    assert "peak_gib" not in text and "tokens_per_s:" not in text      # no figure restated
+
+
+@pytest.mark.parametrize("ref, says", [("tt-9b-nothing", "no row 'tt-9b-nothing'"),
+                                       ("tt-8b-lora-4090", "maps to techniques lora+")])
+def test_a_study_naming_a_missing_or_other_row_is_refused(tmp_path, ref, says):
+    from bench.spec import matrix
+    from bench.spec.matrixfile import MatrixError
+    from tests.helpers import write_matrix
+    study = {"mode": "sim", "models": ["llama-3.1-8b"], "gpus": ["rtx-4090"], "techniques": ["qlora+gc"],
+             "exclude": [{"techniques": "baseline"}], "published": {"qlora+gc": ref}}
+    with pytest.raises(MatrixError) as exc:
+        matrix.load(write_matrix(tmp_path, {"s": study}))
+    assert "studies.s.published.qlora+gc" in str(exc.value) and says in str(exc.value)
