@@ -33,6 +33,7 @@ import math
 
 import pandas as pd
 
+from bench.estimate import speedcv
 from bench.estimate.measures import comparable_step, need_bytes
 from report.compare import other_workload, parts
 from report.fmt import DASH, details, dtypes_text, fmt_count, fmt_gib, jcol, knobs, missing, provenance
@@ -189,8 +190,10 @@ def lookup_row(c: dict, fits, recommended: bool, rank: int) -> dict:
                         fmt_count(r["tokens_per_s"]))
         how = "cuda-measured"
     elif c["speed"]:
-        step, tokens, how = f"{c['speed']['step_s']:.2f} s", fmt_count(c["speed"].get("tokens_per_s")), \
-            f"modelled ({c['speed'].get('calibration', 'calibration not said')}): {c['speed'].get('how', '')}"
+        cal = c["speed"].get("calibration")
+        step, tokens = f"{c['speed']['step_s']:.2f} s", fmt_count(c["speed"].get("tokens_per_s"))
+        how = (f"modelled ({cal or 'calibration not said'}; {speedcv.note(cal)}): "
+               f"{c['speed'].get('how', '')}")
     else:
         step, tokens, how = "no speed model", DASH, ""
     if c.get("unranked"):   # shown, never ranked against steps of the whole batch x sequence

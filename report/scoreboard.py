@@ -3,14 +3,14 @@
 It reads the records of the published studies (``published-*``, matrix/published.yaml) in the
 table it is given, scores every tool on every corpus row with bench/corpus/scoreboard.py (the row's own
 measure), and draws: the summary per tool and measure (rows covered, median |error|, worst error,
-fits/oom agreement), a plot of predicted against published GiB, and every corpus row with its
+fits and oom agreement), development and held-out rows in two tables, a plot of predicted against published GiB, and every corpus row with its
 source link, whether or not it was simulated. A table without published records has no section.
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from bench.corpus import peer_fitcheck, peer_rules, published
+from bench.corpus import board, peer_fitcheck, peer_rules, published
 from bench.corpus import scoreboard as sb
 from report.fmt import jcol, missing
 
@@ -102,7 +102,7 @@ def section(df: pd.DataFrame):
                  if s["tools"][t]["covered"]]
         verdict = "—" if ours.get("verdict") is None else ours["verdict"]
         shown.append({
-            "row": s["row"], "url": s["url"], "model": s["model"] or "—", "recipe": s["recipe"],
+            "row": s["row"], "role": s["role"], "url": s["url"], "model": s["model"] or "—", "recipe": s["recipe"],
             "gpu": f"{s['n_gpus'] or '?'}× {s['gpu'] or '?'}", "measure": s["measure"], "kind": s["value_kind"],
             "published": f"{s['published_gib']:.2f}", "ours": _gib(ours.get("predicted_bytes")) if ours["covered"] else "—",
             "error": _pct(ours["signed_error"]), "peers": ", ".join(peers) or "—",
@@ -111,11 +111,11 @@ def section(df: pd.DataFrame):
             "why": "" if ours["covered"] else (ours["why_not"] or ""),
             "unmatched": (s["unmatched"] or "") if s["simulated"] else "", "simulated": s["simulated"],
         })
-    summary = [{"tool": t["tool"], "measure": t["measure"], "covered": f"{t['covered']}/{t['rows']}",
-                "median": "—" if t["median_abs_error"] is None else f"{t['median_abs_error']:.1%}",
-                "worst": _pct(t["worst_error"]),
-                "agree": f"{t['outcome_agree']}/{t['outcome_rows']}" if t["outcome_rows"] else "—"}
-               for t in table]
+    summary = {role: [{"tool": t["tool"], "measure": t["measure"], "covered": f"{t['covered']}/{t['rows']}",
+                       "median": "—" if t["median_abs_error"] is None else f"{t['median_abs_error']:.1%}",
+                       "worst": _pct(t["worst_error"]), "fits": board.agreement(t, "fits").replace("-", "—"),
+                       "oom": board.agreement(t, "oom").replace("-", "—")}
+                      for t in table if t["role"] == role] for role in board.ROLES}
     return {
         "kind": "scoreboard", "title": "How close is each tool to published GPU measurements",
         "note": ("Every row of the published corpus (matrix/published/corpus.yaml), against ft-membench's "
@@ -127,11 +127,16 @@ def section(df: pd.DataFrame):
                  "LLaMA-Factory's hardware table and Unsloth's requirements table are published rules of thumb, looked up "
                  "by the model's size (its config's parameter count) and the method, nothing else. All peers are compared "
                  "as they are. "
+                 "Development rows (seen while the model was built or calibrated) and held-out rows (added after, "
+                 "never used to change it) are scored apart: only the held-out figures are out of sample. "
+                 "DeepSpeed's and accelerate's estimators are scored only on their own benchmark (full fine-tunes "
+                 "with 32-bit Adam; DeepSpeed's under its ZeRO stage): a LoRA or QLoRA row is not covered. "
                  "Signed error = predicted / published − 1, for rows whose value is a measured peak; fits/oom: "
                  "our verdict on the row's GPU (tight counts as fits), a peer's figure against the same capacity. "
                  "A row a tool cannot answer is not covered (—), never a zero. A disagreeing row stays as "
                  "published; the sim is never tuned to a row."),
-        "summary": summary, "rows": shown, "image": figure(long) if len(long) else None,
+        "summary": summary, "roles": {r: sum(1 for s in scored if s["role"] == r) for r in board.ROLES},
+        "first_scores": board.first_scores(scored, sb.OURS), "rows": shown, "image": figure(long) if len(long) else None,
         "simulated": sum(1 for s in scored if s["simulated"]), "total": len(scored),
         "optional": [f"{name}: {why}" for name, why in sb.OPTIONAL_PEERS.items()]
         + ([f"{peer_fitcheck.NAME}: {peer_fitcheck.unavailable()}"] if peer_fitcheck.unavailable() else []),

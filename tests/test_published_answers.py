@@ -7,8 +7,9 @@ person reads, not only the bytes under them.
   Each verdict must be fits; each peak within 10%, compared as torch's allocator counts it
   (the table names no measure; torchtune logs peak active memory, equal to or a little above
   the allocated peak; bitsandbytes' paged states are outside it); each modelled speed within
-  25% (the RTX 4090's class factor is fitted on these three rows: the held check is that one
-  factor serves all three, each within the bound).
+  25% out of sample: the RTX 4090's class factor is fitted on these three rows, so each row is
+  held at its leave-one-out error (the factor refitted on the other two, bench/estimate/speedcv.py),
+  equal to the figure the CLI and the report print (``speedcv.LOO["ada"]``).
 - The QLoRA paper's headline: a 65B model fine-tunes on one 48 GB GPU. ``llama-3.1-70b``
   qlora+gc at batch 1 x 2048 must fit an RTX A6000, and the report's claim must read holds.
 - 7-8B QLoRA on a 16 GB T4 is a standard recipe: ``llama-3.1-8b`` qlora+gc at 1 x 1024.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.estimate import loadplan, speedmodel
+from bench.estimate import loadplan, speedcv, speedmodel
 from bench.records import record
 from bench.spec import matrix
 from report import claim, claims, table
@@ -61,16 +62,20 @@ def torchtune():
     return {"+".join(s["techniques"]): (s["published"], simulated(s)) for s in cells}
 
 
-def test_torchtune_4090_rows_fit_within_10_percent_and_25_percent_speed(torchtune):
+def test_torchtune_4090_rows_fit_within_10_percent_and_25_percent_speed_out_of_sample(torchtune):
     failures = []
     print()
+    loo = dict(zip(torchtune, speedcv.loo([speedcv.row_of(rec["details"]["speed_model"][GPU], pub["tokens_per_s"])
+                                           for pub, rec in torchtune.values()])))
+    assert list(loo.values()) == pytest.approx(list(speedcv.LOO["ada"]), abs=speedcv.TOLERANCE)
     for combo, (pub, rec) in torchtune.items():
         got = rec["details"]["published"]
         est = rec["details"]["speed_model"][GPU]
-        err, speed = got["signed_error"], est["tokens_per_s"] / pub["tokens_per_s"] - 1
+        err, speed = got["signed_error"], loo[combo]
         print(f"{pub['row']:40s} {rec['verdicts'][GPU]:5s} published {pub['peak_gib']:5.1f} GiB  ours "
               f"{got['simulated_peak_gib']:5.2f} ({err:+.1%})  {pub['tokens_per_s']} tok/s, modelled "
-              f"{est['tokens_per_s']:.0f} ({speed:+.1%})")
+              f"{est['tokens_per_s']:.0f} (residual {est['tokens_per_s'] / pub['tokens_per_s'] - 1:+.1%}, "
+              f"leave-one-out {speed:+.1%})")
         if rec["verdicts"][GPU] != "fits":
             failures.append(f"{combo}: {rec['verdicts'][GPU]}")
         if abs(err) > 0.10:
@@ -94,9 +99,7 @@ def test_the_full_finetune_fits_with_its_paged_states_paged_out(torchtune):
 
 def test_the_ada_factor_is_the_fit_on_the_matched_rows(torchtune):
     rows = []
-    for pub, rec in torchtune.values():
-        if pub.get("unmatched"):
-            continue
+    for pub, rec in torchtune.values():   # all three rows: the QLoRA row's note (torchao's NF4) is no reason to leave it out
         cost = rec["details"]["step_cost"]
         profile = rec["verdict_gpus"][GPU] if "verdict_gpus" in rec else matrix.load()[rec["cell"]]["verdict_gpus"][GPU]
         device, why = speedmodel.device_seconds(cost, profile)

@@ -124,3 +124,80 @@ def test_duplicate_yaml_key_is_refused(tmp_path):
     path = tmp_path / "corpus.yaml"
     path.write_text(text[:first] + "  value: 18.9\n  value: 9.9\n" + text[first + len("  value: 18.9\n"):])
     refused(path, "duplicate key 'value'")
+
+
+# --- roles: development and held-out ---------------------------------------------------------
+
+def test_every_row_has_a_role_and_todays_rows_are_development(rows):
+    assert {r["role"] for r in rows} <= set(published.ROLES)
+    # the model was developed against the whole corpus as it stood (issue 36): no held-out row
+    # may claim otherwise without a first score stored with it
+    for r in rows:
+        assert r["role"] == "development" or "first_score" in r, r["id"]
+
+
+def test_a_row_without_a_role_is_refused(tmp_path):
+    def drop(rows):
+        del rows[2]["role"]
+    refused(corrupted(tmp_path, drop), "rows[tt-8b-lora-4090].role", "required")
+
+
+def test_a_development_row_cannot_carry_a_first_score(tmp_path):
+    def bad(rows):
+        rows[2]["first_score"] = {"error_pct": 1.0, "verdict": "fits", "engine_digest": "0123456789abcdef",
+                                  "date": "2026-12-01"}
+    refused(corrupted(tmp_path, bad), "rows[tt-8b-lora-4090].first_score", "held-out")
+
+
+def own_run_row(**over) -> dict:
+    """A held-out row of our own GPU measurement, as another session adds them (issue 36)."""
+    row = {"id": "own-h200-qwen7b-lora", "role": "held-out", "source": "ft-membench cuda run: results/h200/cells",
+           "read_at": "2026-12-01", "source_kind": "own-run", "model": "Qwen2.5-7B", "model_config": "qwen2.5-7b",
+           "recipe": "LoRA, bf16, gc", "techniques": "lora+gc+bf16", "batch_size": 1, "seq_len": 2048,
+           "gpu": "H200", "gpu_profile": None, "n_gpus": 1, "measure": "allocated", "value_kind": "peak",
+           "value": 20.0, "unit": "GiB", "value_gib": 20.0, "tokens_per_s": None, "outcome": "fits",
+           "unmatched": None, "notes": None,
+           "first_score": {"error_pct": -2.5, "predicted_gib": 19.5, "verdict": "fits",
+                           "engine_digest": "0123456789abcdef", "date": "2026-12-01"}}
+    row.update(over)
+    return row
+
+
+def test_a_held_out_own_run_row_with_its_first_score_loads(tmp_path):
+    path = corrupted(tmp_path, lambda rows: rows.append(own_run_row()))
+    got = {r["id"]: r for r in published.load(path)}["own-h200-qwen7b-lora"]
+    assert got["first_score"]["engine_digest"] == "0123456789abcdef"
+
+
+def test_a_first_score_without_its_engine_digest_is_refused(tmp_path):
+    row = own_run_row()
+    del row["first_score"]["engine_digest"]
+    refused(corrupted(tmp_path, lambda rows: rows.append(row)), "first_score", "engine_digest")
+
+
+# --- one copy of each published row: the studies name corpus rows (issue 36) ------------------
+
+def test_studies_read_their_published_figures_from_the_corpus(rows):
+    from bench.spec import matrix
+    by_id = {r["id"]: r for r in rows}
+    cells = [s for s in matrix.load().values() if s.get("published")]
+    assert len(cells) == 13        # torchtune's 3B table (10) and its 8B rows on the RTX 4090 (3)
+    for s in cells:
+        pub, row = s["published"], by_id[s["published"]["row"]]
+        assert pub["peak_gib"] == row["value_gib"] and pub["measure"] == row["measure"], s["cell"]
+        assert pub.get("tokens_per_s") == row["tokens_per_s"] and sorted(row["techniques"].split("+")) == sorted(s["techniques"])
+    text = (published.ROOT / "matrix" / "default.yaml").read_text()
+    assert "peak_gib" not in text and "tokens_per_s:" not in text      # no figure restated
+
+
+@pytest.mark.parametrize("ref, says", [("tt-9b-nothing", "no row 'tt-9b-nothing'"),
+                                       ("tt-8b-lora-4090", "maps to techniques lora+")])
+def test_a_study_naming_a_missing_or_other_row_is_refused(tmp_path, ref, says):
+    from bench.spec import matrix
+    from bench.spec.matrixfile import MatrixError
+    from tests.helpers import write_matrix
+    study = {"mode": "sim", "models": ["llama-3.1-8b"], "gpus": ["rtx-4090"], "techniques": ["qlora+gc"],
+             "exclude": [{"techniques": "baseline"}], "published": {"qlora+gc": ref}}
+    with pytest.raises(MatrixError) as exc:
+        matrix.load(write_matrix(tmp_path, {"s": study}))
+    assert "studies.s.published.qlora+gc" in str(exc.value) and says in str(exc.value)

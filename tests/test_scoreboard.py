@@ -136,11 +136,44 @@ def test_summary_per_tool_on_made_up_rows():
     res = table[(sb.OURS, "reserved")]
     assert res["worst_error"] == pytest.approx(0.1)
     assert (res["outcome_rows"], res["outcome_agree"]) == (1, 0)      # ours fits, the source says oom
+    # the ZeRO-2 estimator counts a full fine-tune's model states: a QLoRA row is not its benchmark (issue 36)
     z2 = table[("DeepSpeed ZeRO-2 estimator", "active")]
-    assert z2["median_abs_error"] == pytest.approx(statistics.median([40 / 17 - 1, 1.0]))
-    # the peer's 40 GiB is over the RTX 4090's capacity: its verdict is oom
-    assert (z2["outcome_rows"], z2["outcome_agree"]) == (2, 0)
-    assert "| ft-membench | active | 2/2 |" in sb.markdown(sb.summary(scored))
+    assert (z2["covered"], z2["median_abs_error"], z2["outcome_rows"]) == (0, None, 0)
+    assert "not its benchmark" in scored[0]["tools"]["DeepSpeed ZeRO-2 estimator"]["why_not"]
+    # oom rows are counted apart: the reserved row says oom, ours says fits
+    assert (res["oom_rows"], res["oom_answered"], res["oom_agree"]) == (1, 1, 0)
+    assert (act["fits_rows"], act["fits_answered"], act["fits_agree"]) == (2, 2, 2)
+    text = sb.markdown(sb.summary(scored))
+    assert "| ft-membench | active | 2/2 | 7.5% | -15.0% | 2/2 of 2 | - |" in text
+    assert "| ft-membench | reserved | 1/1 | 10.0% | +10.0% | - | 0/1 of 1 |" in text
+    assert text.index("### development") < text.index("### held-out") and "No held-out row" in text
+
+
+def test_a_peer_is_scored_on_its_own_benchmark_only():
+    # DeepSpeed's ZeRO-2 estimator on a ZeRO-2 full fine-tune: covered; on the same row, ZeRO-3's is not
+    row = _row("z2-full", "allocated", 30.0)
+    row.update(techniques="zero2+bf16+w2", n_gpus=2)
+    cell = pm.plan([row])[0]["cell"]
+    peers = [{"source": "deepspeed estimate_zero2_model_states_mem_needs_all_cold", "what": "ZeRO-2", "bytes": 36 * GIB},
+             {"source": "deepspeed estimate_zero3_model_states_mem_needs_all_cold", "what": "ZeRO-3", "bytes": 20 * GIB},
+             {"source": "accelerate estimate-memory (float16 row)", "what": "fp16", "bytes": 60 * GIB}]
+    tools = _scored([row], {cell: _record(cell, peers=peers)})[0]["tools"]
+    assert tools["DeepSpeed ZeRO-2 estimator"]["signed_error"] == pytest.approx(0.2)
+    assert "ZeRO-3" in tools["DeepSpeed ZeRO-3 estimator"]["why_not"]
+    assert "unsharded" in tools["accelerate estimate-memory (fp16)"]["why_not"]
+
+
+def test_roles_are_scored_apart_and_oom_rows_count():
+    cell = pm.plan([BY_ID[QLORA_ROW]])[0]["cell"]
+    dev = _row("tt-8b-a", "active", 17.0)
+    held = dict(_row("tt-8b-h", "active", 34.0, outcome="oom"), role="held-out")
+    scored = _scored([dev, held], {cell: _record(cell)})
+    table = {(t["role"], t["tool"], t["measure"]): t for t in sb.summary(scored)}
+    d, h = table[("development", sb.OURS, "active")], table[("held-out", sb.OURS, "active")]
+    assert (d["rows"], d["covered"], d["median_abs_error"]) == (1, 1, 0.0)
+    assert (h["rows"], h["covered"], h["worst_error"]) == (1, 1, pytest.approx(-0.5))
+    assert (h["oom_rows"], h["oom_answered"], h["oom_agree"]) == (1, 1, 0)     # oom agrees only if sim says oom
+    assert (h["fits_rows"], d["oom_rows"]) == (0, 0)
 
 
 # --- fitcheck-llm, optional ----------------------------------------------------------------------

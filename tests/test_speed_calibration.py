@@ -5,14 +5,17 @@ the published row (``details.published.tokens_per_s``).
 
 One efficiency factor for the A100's class (bench/estimate/speedmodel.py ``EFFICIENCY``), fitted on the
 matched rows together (never per row): this test refits it and fails if the stored constant
-drifts from its fit. Each row's published and modelled tokens/s and the signed error
-(modelled / published - 1) are printed (``pytest -s``); every matched row must be within 25%.
+drifts from its fit. The residuals of the rows the factor is fitted on are in-sample and prove
+little (issue 36); what is held is each row's leave-one-out error (the factor refitted on the
+other rows, bench/estimate/speedcv.py): within 25%, and equal to the figure the CLI and the report
+print (``speedcv.LOO``). Each row's published and modelled tokens/s, the residual and the
+leave-one-out error are printed (``pytest -s``).
 
     python -m pytest -s tests/test_speed_calibration.py
 """
 import pytest
 
-from bench.estimate import speedmodel
+from bench.estimate import speedcv, speedmodel
 from bench.spec import matrix
 
 pytestmark = pytest.mark.slow
@@ -50,18 +53,20 @@ def _published_s(pub, cost) -> float:
     return cost["tokens_per_step"] / pub["tokens_per_s"]
 
 
-def test_every_matched_row_within_25_percent(rows):
-    failures = []
+def test_every_matched_row_within_25_percent_out_of_sample(rows):
+    fitted = [(combo, speedcv.row_of(est, pub["tokens_per_s"])) for combo, (pub, _cost, est) in rows.items()
+              if combo not in UNMATCHED]
+    loo = dict(zip((c for c, _ in fitted), speedcv.loo([r for _, r in fitted])))
     print()
     for combo, (pub, _cost, est) in rows.items():
         err = est["tokens_per_s"] / pub["tokens_per_s"] - 1
         why = UNMATCHED.get(combo)
         print(f"{pub['row']:34s} published {pub['tokens_per_s']:6.0f} tok/s  modelled {est['tokens_per_s']:6.0f} tok/s"
-              f"  error {err:+6.1%}" + (f"  (not held: {why})" if why else ""))
+              f"  residual {err:+6.1%}" + (f"  (not held: {why})" if why else f"  leave-one-out {loo[combo]:+6.1%}"))
         assert est["provenance"] == "modelled" and est["calibration"].startswith("calibrated: ampere-datacenter")
-        if why is None and abs(err) > TOLERANCE:
-            failures.append(f"{pub['row']}: {err:+.1%}")
+    failures = [f"{rows[c][0]['row']}: {e:+.1%}" for c, e in loo.items() if abs(e) > TOLERANCE]
     assert not failures, failures
+    assert list(loo.values()) == pytest.approx(list(speedcv.LOO["ampere-datacenter"]), abs=speedcv.TOLERANCE)
 
 
 def test_the_stored_factor_is_the_fit_on_the_matched_rows(rows):

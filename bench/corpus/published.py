@@ -6,7 +6,17 @@ Torch-free. The corpus is validated against corpus.schema.json, then across fiel
 - ``gpu_profile`` is a CUDA profile of matrix/gpus.yaml;
 - ``techniques`` parse with bench.spec.techniques.knobs (a combination our tool can run);
 - ids are unique;
-- ``value_gib`` agrees with ``value`` and ``unit`` within 0.5%.
+- ``value_gib`` agrees with ``value`` and ``unit`` within 0.5%;
+- only a ``held-out`` row carries ``first_score`` (a development row was seen while the model
+  was built, so its first score says nothing out of sample).
+
+Every row has a ``role`` (``ROLES``): ``development``, seen while the model was built or
+calibrated, or ``held-out``, added after and never used to change the model. A held-out row
+enters with its first score (``first_score``: error_pct, verdict, engine_digest, date),
+written once by ``python -m bench.corpus.scoreboard --record-first-scores`` and never
+rewritten, so a later change of the model shows the first score beside today's. Our own GPU
+measurements enter the same way: ``source: ft-membench cuda run`` (or ``ft-membench cuda run:
+<results path>``), ``source_kind: own-run``.
 
 Every problem is a ``PublishedError`` (a ``MatrixError``: ``file: key: reason``) whose key names
 the row by id and the field, e.g. ``rows[tt-8b-lora-4090].gpu_profile``. A key written twice in
@@ -33,6 +43,8 @@ GPUS_FILE = ROOT / "matrix" / "gpus.yaml"
 GIB = 2**30
 UNIT_BYTES = {"GiB": GIB, "GB": 10**9, "MiB": 2**20, "MB": 10**6, "bytes": 1}
 TOLERANCE = 0.005  # value_gib against value x unit
+ROLES = ("development", "held-out")
+OWN_RUN = "ft-membench cuda run"
 
 
 class PublishedError(MatrixError):
@@ -127,6 +139,9 @@ def _gpu_profiles(gpus_file) -> set[str]:
 
 
 def _check_row(path: Path, where: str, row: dict, models: set, gpus: set) -> None:
+    if "first_score" in row and row["role"] != "held-out":
+        raise PublishedError(path, f"{where}.first_score",
+                             f"only a held-out row carries a first score (this row's role is {row['role']})")
     name = row["model_config"]
     if name is not None and name not in models:
         raise PublishedError(path, f"{where}.model_config",

@@ -2,8 +2,14 @@
 
     rows = published.load(); records = load_records(paths)
     scored = score(rows, records)        # one entry per corpus row, every tool's answer or why none
-    table = summary(scored)              # per tool and measure: covered, median |error|, worst, fits/oom
+    table = summary(scored)              # per role, tool and measure: covered, median |error|, worst, fits/oom
     python -m bench.corpus.scoreboard results/published/cells/*.json --out results/published/scoreboard.json
+    python -m bench.corpus.scoreboard ... --record-first-scores   # held-out rows: store their first score
+
+Roles: every corpus row is ``development`` (seen while the model was built) or ``held-out`` (added
+after, never used to change it); the figures of each are computed and printed apart
+(bench/corpus/board.py), and each held-out row shows its first score (stored in the corpus,
+bench/corpus/first_score.py) beside today's.
 
 The tools: ``ft-membench`` (the sim record of the row's cell, bench/corpus/published_matrix.py) and each
 peer estimator the record carries in ``details.peers`` (DeepSpeed's ZeRO-2 and ZeRO-3 estimators,
@@ -25,7 +31,9 @@ The measure rule: the row's ``measure`` decides which simulated figure it is com
   bench/estimate/verdicts.RESERVE_BYTES) + the paged state resident on the row's GPU (``details.paging``);
 - not-stated: compared as allocated (the rule above), and the row says so.
 
-A peer gives one figure whatever the measure; it is compared as it is. Signed error = predicted /
+A peer gives one figure whatever the measure; it is compared as it is, and only on the rows it is
+built to answer: DeepSpeed's and accelerate's estimators count a full fine-tune's model states,
+so a LoRA or QLoRA row, or one under another ZeRO stage, is not covered (bench/corpus/peer_scope.py). Signed error = predicted /
 published - 1. Only rows whose value is a measured peak (``value_kind: peak``) get an error: a
 ``capacity`` row (the card it fit in) and an ``estimate`` (a rule of thumb) get none. A row whose
 source says fits or oom is compared with the tool's verdict on the row's GPU: ours is the record's
@@ -38,11 +46,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import sys
 from pathlib import Path
 
-from bench.corpus import peer_fitcheck, peer_rules, published
+from bench.corpus import board, peer_fitcheck, peer_rules, peer_scope, published
 from bench.estimate import verdicts
 from bench.corpus import published_matrix as pm
 
@@ -157,12 +164,16 @@ def score(rows: list[dict], records: dict[str, dict], gpus: dict | None = None) 
     out = []
     for row in rows:
         e = plan[row["id"]]
-        entry = {"row": row["id"], "source": row["source"], "url": source_url(row), "model": row["model"],
+        entry = {"row": row["id"], "role": row["role"], "source": row["source"], "url": source_url(row), "model": row["model"],
                  "recipe": row["recipe"], "gpu": row["gpu"], "gpu_profile": row["gpu_profile"],
                  "n_gpus": row["n_gpus"], "measure": row["measure"], "value_kind": row["value_kind"],
                  "published_gib": row["value_gib"], "outcome": row["outcome"], "unmatched": row["unmatched"],
                  "cell": e["cell"], "simulated": e["reason"] is None, "reason": e["reason"], "tools": {}}
+        if "first_score" in row:
+            entry["first_score"] = row["first_score"]
         rec = records.get(e["cell"]) if e["cell"] else None
+        if rec is not None:
+            entry["engine_digest"] = (rec.get("versions") or {}).get("ft_membench_engine")
         if e["reason"]:
             missing = f"not simulated: {e['reason']}"
         elif rec is None:
@@ -189,6 +200,10 @@ def score(rows: list[dict], records: dict[str, dict], gpus: dict | None = None) 
         peers = {p.get("source"): p for p in (rec.get("details") or {}).get("peers") or [] if isinstance(p, dict)}
         for source, name in PEER_NAMES.items():
             peer = peers.get(source)
+            outside = peer_scope.why_not(name, row)
+            if outside:
+                entry["tools"][name] = _not(outside)
+                continue
             if peer is None or peer.get("bytes") is None:
                 entry["tools"][name] = _not("the record carries no figure of this peer")
                 continue
@@ -231,23 +246,9 @@ def _rule(name: str, row: dict, gpus: dict) -> dict:
 
 
 def summary(scored: list[dict]) -> list[dict]:
-    """Per tool and measure: rows of that measure in the corpus, rows covered (a signed error),
-    median |error|, worst error (signed, the largest in size), and fits/oom agreement where the
-    source says which. Tools with no row at all of a measure still get a row (covered 0)."""
-    out = []
-    tools = tool_names()
-    for tool in tools:
-        for measure in MEASURES:
-            mine = [s for s in scored if s["measure"] == measure]
-            if not mine:
-                continue
-            errs = [s["tools"][tool]["signed_error"] for s in mine if s["tools"].get(tool, {}).get("covered")]
-            said = [s["tools"][tool]["agrees"] for s in mine if s["tools"].get(tool, {}).get("agrees") is not None]
-            out.append({"tool": tool, "measure": measure, "rows": len(mine), "covered": len(errs),
-                        "median_abs_error": statistics.median(abs(e) for e in errs) if errs else None,
-                        "worst_error": max(errs, key=abs) if errs else None,
-                        "outcome_rows": len(said), "outcome_agree": sum(said)})
-    return out
+    """Per role (development, held-out), tool and measure: rows, rows covered, median |error|, worst
+    error, and fits/oom agreement per outcome with every fits or oom row counted (bench/corpus/board.py)."""
+    return board.summary(scored, tool_names(), MEASURES)
 
 
 def _gpus() -> dict:
@@ -256,33 +257,33 @@ def _gpus() -> dict:
     return yaml.load(published.GPUS_FILE.read_text(), Loader=SAFE_LOADER) or {}
 
 
-def _fmt(e) -> str:
-    return "-" if e is None else f"{e:+.1%}"
-
-
 def markdown(table: list[dict]) -> str:
-    """The headline table as Markdown (tools with no covered row of a measure say 'not covered')."""
-    lines = ["| tool | measure | rows covered | median abs. error | worst error | fits/oom agree |",
-             "|---|---|---|---|---|---|"]
-    for t in table:
-        med = "-" if t["median_abs_error"] is None else f"{t['median_abs_error']:.1%}"
-        agree = f"{t['outcome_agree']}/{t['outcome_rows']}" if t["outcome_rows"] else "-"
-        lines.append(f"| {t['tool']} | {t['measure']} | {t['covered']}/{t['rows']} | {med} | "
-                     f"{_fmt(t['worst_error'])} | {agree} |")
-    return "\n".join(lines)
+    """The two headline tables as Markdown: development rows, then held-out rows."""
+    return board.markdown(table)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.corpus.scoreboard", description=__doc__.splitlines()[0])
     ap.add_argument("records", nargs="*", help="cell JSON files of matrix/published.yaml's cells")
     ap.add_argument("--corpus", default=str(published.DEFAULT))
-    ap.add_argument("--out", required=True, help="JSON to write: {'rows': [...], 'summary': [...]}")
+    ap.add_argument("--out", required=True,
+                    help="JSON to write: {'rows': [...], 'summary': [...], 'first_scores': [...]}")
+    ap.add_argument("--record-first-scores", action="store_true",
+                    help="write the first score of each held-out row that has none into the corpus file")
     args = ap.parse_args(argv)
     scored = score(published.load(args.corpus), load_records(args.records))
+    if args.record_first_scores:
+        from bench.corpus import first_score
+        written = first_score.record(args.corpus, scored, OURS)
+        print(f"first score recorded for {len(written)} held-out row(s): {', '.join(written) or '-'}", file=sys.stderr)
+        scored = score(published.load(args.corpus), load_records(args.records))
     table = summary(scored)
+    firsts = board.first_scores(scored, OURS)
     from bench.records import atomic
-    atomic.write_text(args.out, json.dumps({"rows": scored, "summary": table}, indent=1) + "\n")
+    atomic.write_text(args.out, json.dumps({"rows": scored, "summary": table, "first_scores": firsts}, indent=1) + "\n")
     print(markdown(table))
+    print()
+    print(board.first_scores_markdown(firsts))
     return 0
 
 

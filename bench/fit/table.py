@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench import cli_format
-from bench.estimate import verdicts
+from bench.estimate import speedcv, verdicts
 from bench.estimate.measures import need_bytes
 from bench.fit.stored import ROOT
 from bench.search import fits_csv
@@ -32,8 +32,8 @@ def speed(rec: dict, gpu: str) -> str:
     n = (rec or {}).get("world_size") or 1
     if n > 1:  # the speed model is one rank's step; the run trains n ranks' tokens at once
         return (f"{est['step_s']:.2f} s/step, {est['tokens_per_s']:.0f} tokens/s per rank, "
-                f"{est['tokens_per_s'] * n:.0f} for the run of {n} (modelled)")
-    return f"{est['step_s']:.2f} s/step, {est['tokens_per_s']:.0f} tokens/s (modelled)"
+                f"{est['tokens_per_s'] * n:.0f} for the run of {n} ({speedcv.short(est.get('calibration'))})")
+    return f"{est['step_s']:.2f} s/step, {est['tokens_per_s']:.0f} tokens/s ({speedcv.short(est.get('calibration'))})"
 
 
 def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -> str:
@@ -71,6 +71,10 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         if hint := cli_format.precision_hint(rec, ln.get("verdict")):
             out.append(f"    {hint}")
     out.append("")
+    cal = next((est.get("calibration") for ln in lines
+                if (est := (((ln.get("record") or {}).get("details") or {}).get("speed_model") or {}).get(gpu))), None)
+    if cal:   # the speed's out-of-sample error (bench/estimate/speedcv.py), not its calibration residuals
+        out.append(f"speed: modelled, {cal.split(' (', 1)[0]}; {speedcv.note(cal)}.")
     out.append(f"need: the modelled reserved peak of one step plus the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB "
                "CUDA reserve (context, cuBLAS workspaces), the figure the verdict sets against the card's memory and "
                "the report's need (per rank for ZeRO/FSDP, whose speed is per rank and for the run; '>=' where no "

@@ -16,7 +16,7 @@ next context past the largest that fit (the search's ``peak_at_next_*``). Torch-
 """
 from __future__ import annotations
 
-from bench.estimate import verdicts
+from bench.estimate import speedcv, verdicts
 from bench.estimate.measures import need_bytes
 from bench.search import fits_csv
 from bench.spec.techniques import BNB_OPTIMIZERS, knobs
@@ -81,8 +81,12 @@ def _speed_cost(line: dict, base: dict, gpu: str) -> str:
         return "no speed model"
     if base_step:
         return (f"{(step / base_step - 1) * 100:+.0f}% step time ({step:.2f} s against {base_step:.2f} s; "
-                f"{rate * world:.0f} tokens/s{' for the run' if world > 1 else ''}) (modelled)")
-    return f"{step:.2f} s/step, {rate * world:.0f} tokens/s (modelled)"
+                f"{rate * world:.0f} tokens/s{' for the run' if world > 1 else ''}) ({speedcv.short(_calibration(line, gpu))})")
+    return f"{step:.2f} s/step, {rate * world:.0f} tokens/s ({speedcv.short(_calibration(line, gpu))})"
+
+
+def _calibration(line: dict, gpu: str) -> str | None:
+    return ((((line.get("record") or {}).get("details") or {}).get("speed_model") or {}).get(gpu) or {}).get("calibration")
 
 
 DTYPE_ROLES = ("trainable_weights", "gradients")

@@ -150,6 +150,30 @@ def _sans_study(spec: dict) -> dict:
     return {k: v for k, v in spec.items() if k not in ("study", "baseline_cell")}
 
 
+def _published(path, where: str, table: dict) -> dict:
+    """A study's published figures per technique combination, each read from its corpus row
+    (matrix/published/corpus.yaml, the one copy of a published figure: the study names the row's
+    id, never restates it). The row's techniques must be the combination's."""
+    if not table:
+        return {}
+    from bench.corpus import published as corpus
+    rows = {r["id"]: r for r in corpus.load()}
+    out = {}
+    for combo, rid in table.items():
+        key = f"{where}.published.{combo}"
+        row = rows.get(rid)
+        if row is None:
+            raise MatrixError(path, key, f"no row {rid!r} in {corpus.DEFAULT.relative_to(corpus.ROOT)}")
+        if sorted((row["techniques"] or "").split("+")) != sorted(combo.split("+")):
+            raise MatrixError(path, key, f"corpus row {rid} maps to techniques {row['techniques']}, not {combo}")
+        read = row["read_at"][:8] if len(row["read_at"]) == 40 else row["read_at"]
+        out[combo] = {"row": rid, "peak_gib": row["value_gib"], "measure": row["measure"],
+                      "source": f"{row['source']} at {read}",
+                      **({"tokens_per_s": row["tokens_per_s"]} if row["tokens_per_s"] else {}),
+                      **({"unmatched": row["unmatched"]} if row["unmatched"] else {})}
+    return out
+
+
 def _expand(path, doc, study, body, models, gpus, digests):
     where = f"studies.{study}"
     mode = body["mode"]
@@ -164,7 +188,7 @@ def _expand(path, doc, study, body, models, gpus, digests):
             raise MatrixError(path, f"{where if key in body else 'defaults'}.{key}",
                               f"{value} is not a finite number (limit {tech.MAXIMUMS.get(key, 'finite')})")
     ctx = {"path": path, "where": where, "mode": mode, "shape": shape, "gpus": gpus, "study_gpus": body["gpus"],
-           "models": models, "published": body.get("published", {}),
+           "models": models, "published": _published(path, where, body.get("published", {})),
            "options": {k: {**doc.get("technique_options", {}).get(k, {}), **v}
                        for k, v in {"lora": {}, **body.get("technique_options", {})}.items()},
            "ds_dir": _resolved(path, path.parent / doc.get("deepspeed_dir", "deepspeed"), "deepspeed_dir"),
