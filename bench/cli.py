@@ -42,6 +42,7 @@ import os
 import sys
 from pathlib import Path
 
+from bench.estimate import hostmem
 from bench.fit import cells as fitcells
 from bench.fit import gpus as fitgpus
 from bench.fit import guard, tofit
@@ -78,6 +79,8 @@ def parser() -> argparse.ArgumentParser:
                      help="reuse only answers made with the installed library versions; simulate the others again")
     fit.add_argument("--json", action="store_true", help="print the answer as one JSON object (docs/fit.md)")
     fit.add_argument("--allow-tight", action="store_true", help="exit 0 on a tight verdict (warned)")
+    fit.add_argument("--host-mem", help="the node's host memory (e.g. 128GB, 96GiB): judge each recipe's host "
+                     "memory need against it (without it the need is shown, not judged)")
     fit.add_argument("--no-hints", action="store_true", help="skip what-to-change (no extra simulations)")
     fit.add_argument("--trust-remote-code", action="store_true",
                      help="run a Hub model's own code (auto_map); off by default")
@@ -88,6 +91,11 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     techniques = [t.strip() for t in args.techniques.split(",") if t.strip()] if args.techniques else None
     say = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    try:
+        host_bytes = hostmem.parse_bytes(args.host_mem) if args.host_mem is not None else None
+    except ValueError as exc:
+        print(f"ft-membench: --host-mem: {exc}", file=sys.stderr)
+        return guard.BAD_INPUT
     try:
         if techniques == []:
             raise fitinput.Usage("--techniques: empty list")
@@ -116,12 +124,13 @@ def main(argv=None) -> int:
                       resimulate=args.resimulate)
     hints = [] if args.no_hints or not asked else \
         [dict(h, for_recipe=ln["technique"]) for ln in lines for h in tofit.hints(ln, gpu, profile, evaluate)]
-    code = guard.exit_code(lines, gpu, asked, args.allow_tight)
+    code = guard.exit_code(lines, gpu, asked, args.allow_tight, host_bytes)
     if args.json:
-        print(json.dumps(guard.answer_object(q, lines, gpu, profile, hints, code, args.allow_tight), indent=1))
+        print(json.dumps(guard.answer_object(q, lines, gpu, profile, hints, code, args.allow_tight, host_bytes), indent=1))
     else:
         print(render(lines, gpu, profile, q.asked, best=not asked))
-        print(guard.describe(q, hints, guard.warnings(lines, gpu, args.allow_tight), code))
+        print(guard.describe(q, hints, guard.warnings(lines, gpu, args.allow_tight), code,
+                             guard.host_lines(lines, gpu, host_bytes)))
     for ln in lines:   # the reason is on stdout under its line; said on stderr too, and the exit says it
         if (ln.get("record") or {}).get("status") in ("error", "timeout"):
             say(f"ft-membench: {ln['technique']}: {ln['verdict']}: {ln.get('reason') or 'no reason given'}")

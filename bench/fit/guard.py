@@ -18,7 +18,7 @@ Torch-free.
 """
 from __future__ import annotations
 
-from bench.estimate import verdicts
+from bench.estimate import hostmem, verdicts
 from bench.estimate.measures import need_bytes
 
 SCHEMA_VERSION = 1
@@ -39,13 +39,25 @@ def status(line: dict, gpu: str) -> str:
     return v if v in ("tight", "oom", "skipped", "timeout") else "error" if v != "oom while loading" else "oom"
 
 
-def passes(line: dict, gpu: str, allow_tight: bool) -> bool:
-    return status(line, gpu) in ("fits", "fits-with-paging") or (allow_tight and status(line, gpu) == "tight")
+def host(line: dict, gpu: str, host_bytes: int | None = None) -> dict | None:
+    """The recipe's host memory need on the node (bench/estimate/hostmem.py) and, with ``--host-mem``,
+    its verdict against it; None where the record gives no figures."""
+    got = hostmem.need(line.get("record") or {}, gpu)
+    if got is None:
+        return None
+    total = got.pop("bytes")
+    return dict(got, need_bytes=total, given_bytes=host_bytes, verdict=hostmem.judge(total, host_bytes))
 
 
-def exit_code(lines: list[dict], gpu: str, asked: bool, allow_tight: bool = False) -> int:
-    """0 or 1 as the module docstring says: all asked recipes pass, or (default list) any."""
-    ok = [passes(ln, gpu, allow_tight) for ln in lines]
+def passes(line: dict, gpu: str, allow_tight: bool, host_bytes: int | None = None) -> bool:
+    on_gpu = status(line, gpu) in ("fits", "fits-with-paging") or (allow_tight and status(line, gpu) == "tight")
+    return on_gpu and (host_bytes is None or (host(line, gpu, host_bytes) or {}).get("verdict") != "oom")
+
+
+def exit_code(lines: list[dict], gpu: str, asked: bool, allow_tight: bool = False, host_bytes: int | None = None) -> int:
+    """0 or 1 as the module docstring says: all asked recipes pass, or (default list) any; with
+    ``--host-mem``, a recipe whose host need exceeds it does not pass."""
+    ok = [passes(ln, gpu, allow_tight, host_bytes) for ln in lines]
     if any(status(ln, gpu) in ("error", "timeout") for ln in lines):
         return NO_FIT  # a simulation that failed is never a pass
     return OK if ok and (all(ok) if asked else any(ok)) else NO_FIT
@@ -71,7 +83,7 @@ def _num(value):
         return None
 
 
-def recipe_object(line: dict, gpu: str, cap: int) -> dict:
+def recipe_object(line: dict, gpu: str, cap: int, host_bytes: int | None = None) -> dict:
     rec = line.get("record") or {}
     row = line.get("fit") or {}
     need, _ = need_bytes(rec) if rec else (None, False)  # as the table and the report: modelled peak + reserve
@@ -86,7 +98,7 @@ def recipe_object(line: dict, gpu: str, cap: int) -> dict:
         "modelled_reserved_peak_bytes": rec.get("modelled_reserved_peak_bytes"),
         "allocated_peak_bytes": rec.get("peak_bytes"),
         "capacity_bytes": cap, "headroom_bytes": cap + verdicts.RESERVE_BYTES - need if need is not None else None,
-        "world_size": world, "paging": page,
+        "world_size": world, "paging": page, "host_memory": host(line, gpu, host_bytes),
         "largest_seq_at_batch1": _num(row.get("max_seq_at_batch1")),
         "largest_batch_at_seq": _num(row.get("max_batch_at_seq")),
         "peak_at_next_seq_bytes": _num(row.get("peak_at_next_seq_bytes")),
@@ -103,9 +115,9 @@ def recipe_object(line: dict, gpu: str, cap: int) -> dict:
 
 
 def answer_object(q, lines: list[dict], gpu: str, profile: dict, hints: list[dict], code: int,
-                  allow_tight: bool) -> dict:
+                  allow_tight: bool, host_bytes: int | None = None) -> dict:
     cap = verdicts.capacity(profile)
-    recipes = [recipe_object(ln, gpu, cap) for ln in lines]
+    recipes = [recipe_object(ln, gpu, cap, host_bytes) for ln in lines]
     statuses = [r["verdict"] for r in recipes]
     spec = next((ln["record"] for ln in lines if ln.get("record")), {}) or {}
     return {
@@ -132,10 +144,28 @@ def _gib(n) -> str:
     return f"{n / 2**30:.2f} GiB" if isinstance(n, (int, float)) else "-"
 
 
-def describe(q, hints: list[dict], warns: list[str], code: int) -> str:
+def host_lines(lines: list[dict], gpu: str, host_bytes: int | None) -> list[str]:
+    """One line per recipe: its host memory need on the node, and against ``--host-mem`` its verdict."""
+    out = []
+    for ln in lines:
+        h = host(ln, gpu, host_bytes)
+        if h is None:
+            continue
+        parts = ", ".join(f"{k} {_gib(v)}" for k, v in h["parts"].items() if v)
+        said = ("" if h["verdict"] is None else
+                f"; {'within' if h['verdict'] == 'fits' else 'more than'} the {_gib(host_bytes)} given")
+        out.append(f"  {ln['technique']}: needs {_gib(h['need_bytes'])} of host memory on the node at its "
+                   f"{h['phase']} ({parts}; {h['ranks']} rank(s)){said}")
+    if out:
+        out.insert(0, "host memory (modelled; --host-mem judges it" + (")" if host_bytes is None else
+                                                                     f": {_gib(host_bytes)} given)") + ":")
+    return out
+
+
+def describe(q, hints: list[dict], warns: list[str], code: int, host_said: list[str] = ()) -> str:
     """The text answer's part beyond the table: how the model was found, what the config mapped
-    and ignored, what to change (or the next step up), and the guard's verdict."""
-    out = [""] + [f"model: {n}" for n in q.notes]
+    and ignored, the host memory, what to change (or the next step up), and the guard's verdict."""
+    out = [""] + [f"model: {n}" for n in q.notes] + list(host_said)
     if q.recipe is not None:
         r = q.recipe
         out += [f"config {r.file} ({r.format}): {'+'.join(r.techniques())}, batch {q.batch or 1}, "

@@ -1,0 +1,73 @@
+"""The host memory a run needs on its node, from a record's own fields (provenance "modelled").
+Torch-free.
+
+    need(rec, gpu) -> {"bytes", "parts": {part: bytes}, "phase": "load" | "step", "ranks", "how"}
+    judge(need_bytes, host_bytes) -> "fits" | "oom"
+    parse_bytes("128GB") -> 128 * 10**9 ("GiB" for 2**30)
+
+All ranks of a cell are taken to share one node (the matrix's world sizes are 1-8 GPUs). Parts:
+
+- ``runtime``: each process's own footprint (the interpreter, torch, the CUDA libraries,
+  transformers): ``RUNTIME_BYTES`` a rank, the largest host peak RSS of the non-QLoRA cells of
+  the H200 run (results/reference/cuda-h200: 1.47-1.71 GiB);
+- ``load``: what the load holds on the host at its peak: for a sharded cell its engine's placement
+  (bench/estimate/loadplan.py ``host_bytes``: rank 0's copy under FSDP's CPU-RAM-efficient load,
+  every rank's under ZeRO without zero.Init, the shards too under offload); a single process reads
+  the checkpoint lazily (transformers 5 maps it: page cache, reclaimable), so nothing is held;
+- ``offloaded``: what each rank keeps in host memory during the step (DeepSpeed and FSDP offload:
+  parameter shards, gradients, optimizer states, ``details.offloaded_bytes``; pinned where the
+  engine pins them, so not swappable), times the ranks;
+- ``paged``: bitsandbytes' paged optimizer state the driver pages out to the host on this GPU
+  (``details.paging``), times the ranks.
+
+The need is the runtime plus the larger of the load and the step (offloaded + paged): the load's
+host copies are freed before the first step. Not included: the data loader and its workers, the
+page cache of the checkpoint files, the operating system.
+"""
+from __future__ import annotations
+
+import re
+
+RUNTIME_BYTES = int(1.75 * 2**30)
+HOW = ("modelled: per node, all ranks on one: each process's runtime (1.75 GiB, the H200 run's host peak RSS), "
+       "plus the larger of the load's host copies (the engine's placement, bench/estimate/loadplan.py) and the "
+       "step's offloaded and paged-out bytes; the data loader and the checkpoint's page cache not included")
+UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+         "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def need(rec: dict, gpu: str) -> dict | None:
+    """The record's host need on one node (see the module docstring); None for a record without
+    the figures (a failed cell, a cpu run)."""
+    details = rec.get("details") or {}
+    if rec.get("status") != "ok" or rec.get("mode") != "sim":
+        return None
+    ranks = rec.get("world_size") or 1
+    load = details.get("load_phase") or {}
+    placement = (load.get("placements") or {}).get(load.get("placement")) or {}
+    offloaded = sum(v for v in (details.get("offloaded_bytes") or {}).values() if isinstance(v, int)) * ranks
+    paged = int(((details.get("paging") or {}).get(gpu) or {}).get("paged_out_bytes") or 0) * ranks
+    parts = {"runtime": RUNTIME_BYTES * ranks, "load": int(placement.get("host_bytes") or 0),
+             "offloaded": offloaded, "paged": paged}
+    step = offloaded + paged
+    return {"bytes": parts["runtime"] + max(parts["load"], step), "parts": parts,
+            "phase": "load" if parts["load"] > step else "step", "ranks": ranks, "how": HOW}
+
+
+def judge(need_bytes: int, host_bytes: int | None) -> str | None:
+    """fits | oom against the host memory given; None when none was given (shown, not judged)."""
+    if host_bytes is None:
+        return None
+    return "fits" if need_bytes <= host_bytes else "oom"
+
+
+def parse_bytes(text: str) -> int:
+    """'128GB' (10**9), '128GiB' or '128G' (2**30), '512MB', or a plain byte count; ValueError else."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text or "")
+    unit = m.group(2).upper() if m else None
+    if m is None or unit not in UNITS:
+        raise ValueError(f"{text!r} is not a memory size (e.g. 128GB, 96GiB, 64G)")
+    value = float(m.group(1)) * UNITS[unit]
+    if not 0 < value < 2**60:
+        raise ValueError(f"{text!r}: a host memory size is above 0 and below 1 EiB")
+    return int(value)

@@ -1,0 +1,65 @@
+"""Host memory in the answer and the verdict (bench/estimate/hostmem.py, ``ft-membench fit
+--host-mem``): the need per node from a record's own fields, judged only when the size is given."""
+import json
+
+import pytest
+
+from bench.estimate import hostmem
+from bench.fit import guard
+
+GIB = 2**30
+
+
+def sharded(offloaded=None, paging=None, placement="fsdp-meta-offload", host=72 * GIB, n=2):
+    return {"status": "ok", "mode": "sim", "world_size": n,
+            "details": {"load_phase": {"placement": placement, "placements": {placement: {"host_bytes": host}}},
+                        "offloaded_bytes": offloaded or {}, "paging": paging or {}}}
+
+
+def test_the_need_is_the_runtime_plus_the_larger_of_the_load_and_the_step():
+    rec = sharded({"parameters": 18 * GIB, "optimizer": GIB}, n=2)
+    got = hostmem.need(rec, "rtx-4090")
+    assert got["parts"] == {"runtime": 2 * hostmem.RUNTIME_BYTES, "load": 72 * GIB, "offloaded": 38 * GIB, "paged": 0}
+    assert got["bytes"] == 2 * hostmem.RUNTIME_BYTES + 72 * GIB and got["phase"] == "load"
+    step_heavy = hostmem.need(sharded({"optimizer": 50 * GIB}, host=10 * GIB, n=2), "g")
+    assert step_heavy["bytes"] == 2 * hostmem.RUNTIME_BYTES + 100 * GIB and step_heavy["phase"] == "step"
+
+
+def test_paged_optimizer_state_counts_on_the_gpu_it_pages_on():
+    rec = sharded(paging={"t4": {"paged_out_bytes": 3 * GIB}}, host=0, n=1)
+    assert hostmem.need(rec, "t4")["parts"]["paged"] == 3 * GIB
+    assert hostmem.need(rec, "a100-80gb")["parts"]["paged"] == 0
+
+
+def test_a_failed_or_measured_record_has_no_modelled_need():
+    assert hostmem.need(dict(sharded(), status="oom"), "g") is None
+    assert hostmem.need(dict(sharded(), mode="cuda"), "g") is None
+
+
+@pytest.mark.parametrize("text, value", [("128GB", 128 * 10**9), ("96GiB", 96 * GIB), ("64G", 64 * GIB),
+                                         ("512MB", 512 * 10**6), ("1.5TiB", int(1.5 * 2**40)), ("4096", 4096)])
+def test_sizes_are_read_with_their_units(text, value):
+    assert hostmem.parse_bytes(text) == value
+
+
+@pytest.mark.parametrize("bad", ["", "lots", "-5GB", "0GB", "12 parsecs", "1e300GB"])
+def test_a_bad_size_is_refused(bad):
+    with pytest.raises(ValueError):
+        hostmem.parse_bytes(bad)
+
+
+def test_the_guard_fails_a_recipe_that_fits_the_gpus_but_not_the_host():
+    line = {"technique": "qlora+fsdp-offload+gc+w2", "verdict": "fits", "record": sharded({"parameters": 18 * GIB})}
+    assert guard.exit_code([line], "rtx-4090", asked=True) == guard.OK  # shown, not judged
+    assert guard.exit_code([line], "rtx-4090", asked=True, host_bytes=64 * 10**9) == guard.NO_FIT
+    assert guard.exit_code([line], "rtx-4090", asked=True, host_bytes=128 * GIB) == guard.OK
+    said = "\n".join(guard.host_lines([line], "rtx-4090", 64 * 10**9))
+    assert "more than the 59.60 GiB given" in said and "at its load" in said
+    obj = guard.recipe_object(line, "rtx-4090", 20 * GIB, 64 * 10**9)["host_memory"]
+    assert obj["verdict"] == "oom" and obj["given_bytes"] == 64 * 10**9 and obj["need_bytes"] > 64 * 10**9
+
+
+def test_the_cli_refuses_a_bad_host_size_before_anything_runs(capsys):
+    from bench.cli import main
+    assert main(["fit", "tiny-llama", "--gpu", "rtx-4090", "--host-mem", "lots", "--json"]) == guard.BAD_INPUT
+    assert "--host-mem" in capsys.readouterr().err
