@@ -35,7 +35,10 @@ Not searched, each an ``error`` row with its reason: skipped cells, workloads ot
 training (generation and vLLM have their own planners), padded batches (their widths are
 drawn from a length distribution: no polynomial family).
 
-ZeRO/FSDP cells are judged per rank: their figure is the analytic per-rank partitioning of the
+FSDP2 cells are simulated as their rank 0 runs them (bench/worker/sim/rankgroup.py): the trace
+is the rank's, searched as any single-process cell's (samples skip the single-process cross-check);
+the matrix leaves one whose own simulation took over ``RANK_SEARCH_S`` to the CLI. ZeRO and FSDP-offload cells are
+judged per rank by formula: their figure is the analytic per-rank partitioning of the
 single-process step's phase peaks plus its replay's fragmentation (bench/worker/sim/simulate.py),
 not one replayed trace, so no trace is interpolated: each shape the bisection asks for is a full
 simulation, at most ``DIST_BUDGET`` per axis (past it the axis is an error row saying so). That
@@ -53,13 +56,15 @@ from pathlib import Path
 from bench.estimate import replay, verdicts
 from bench.records import atomic, checks
 from bench.search.fits_csv import BATCH_LIMIT, RESOLUTION_TOKENS, collect, row, seq_limit
-from bench.search.shapes import SearchError, Shapes, judged_bytes
+from bench.search.shapes import SearchError, Shapes, by_formula, judged_bytes
+from bench.spec import techniques
 
 EXACT_BUDGET = 6  # full simulations per axis where interpolation is not exact
 DIST_BUDGET = 12  # full simulations per axis for a ZeRO/FSDP cell (bisection over a 512-point grid: 11)
+RANK_SEARCH_S = 90  # a per-rank cell's own simulation, past which the matrix leaves its search (about 6 of them) to the CLI
 
 
-def not_searched(spec: dict, per_rank: bool = False) -> str | None:
+def not_searched(spec: dict, per_rank: bool = False, own_s: float | None = None) -> str | None:
     """Why this cell gets no search (an ``error`` row), or None. ``per_rank``: search ZeRO/FSDP
     cells too (the CLI asks for it; the matrix's searches leave them out: module docstring)."""
     if spec["mode"] != "sim":
@@ -72,7 +77,10 @@ def not_searched(spec: dict, per_rank: bool = False) -> str | None:
         return (f"{spec['knobs']['batching']} batches: each step's width is drawn from a length distribution "
                 "that changes with the sequence length, so the step's sizes are not one polynomial family and an "
                 "exact search would simulate every shape it judges; not searched")
-    if spec["knobs"]["dist"] and not per_rank:
+    if techniques.traced_per_rank(spec) and not per_rank and (own_s or 0) > RANK_SEARCH_S:
+        return (f"{spec['knobs']['dist']} at world size {spec['world_size']}, one rank's step: its own simulation took "
+                f"{own_s:.0f} s and a search is about 6 of them, so the matrix leaves it to `ft-membench fit`")
+    if spec["knobs"]["dist"] and not per_rank and not techniques.traced_per_rank(spec):
         return (f"{spec['knobs']['dist']} at world size {spec['world_size']}: judged per rank, each shape a full "
                 f"simulation (up to {2 * DIST_BUDGET} per GPU, minutes for a 70B model), so the matrix's searches "
                 "leave it out; `ft-membench fit` searches it")
@@ -128,7 +136,7 @@ def seq_points(study_seq: int, limit: int) -> list[int]:
 
 
 def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = None, simulate_many=None,
-           say=None, per_rank: bool = False) -> dict:
+           say=None, per_rank: bool = False, own_s: float | None = None) -> dict:
     """Rows of results/fits.csv for ``spec`` (one per GPU it is judged against) and the
     evidence behind them. ``simulate(spec, log_path) -> record`` (with ``_trace``) runs one
     shape; ``simulate_many([(spec, log_path), ...]) -> records`` runs several at once (the
@@ -136,7 +144,7 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
     shape, already simulated; ``say``: a line per simulation with the time left (bench/search/progress.py)."""
     t0 = time.monotonic()
     gpus = spec["verdict_gpus"] or {}
-    why = not_searched(spec, per_rank)
+    why = not_searched(spec, per_rank, own_s)
     if why:
         return {"rows": [row(spec, g, {}, reason=why) for g in gpus], "simulated": [], "s": 0.0}
     accum = spec["knobs"]["accum"]
@@ -160,7 +168,7 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
         shapes.prefetch(first)
         if shapes.reserved[(accum, r)] > max(caps.values(), default=0):
             return _none_rows(spec, gpus, shapes, t0)
-        if spec["knobs"]["dist"]:  # per rank: no trace to interpolate (module docstring)
+        if by_formula(spec):  # per rank by formula: no trace to interpolate (module docstring)
             shapes.why_not = {a: f"{spec['knobs']['dist']} at world size {spec['world_size']}: per-rank figures "
                                  "are partitioned phase peaks, not one trace" for a in ("seq", "batch")}
             shapes.fits = {"seq": None, "batch": None}
@@ -175,7 +183,7 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
             n = s_limit // r if name == "seq" else BATCH_LIMIT // accum
             shape = (lambda k: (accum, k * r)) if name == "seq" else (lambda k: (k * accum, spec["seq_len"]))
             if shapes.fits[name] is None:
-                _budget(shapes, name, DIST_BUDGET if spec["knobs"]["dist"] else EXACT_BUDGET)
+                _budget(shapes, name, DIST_BUDGET if by_formula(spec) else EXACT_BUDGET)
             try:
                 plan[name] = (_largest(lambda k, s=shape, a=name: shapes.peak(*s(k), a), n, caps), shape, n)
             except SearchError as exc:  # this axis goes unanswered, with its reason; the other still stands
@@ -289,7 +297,7 @@ def _reuse(spec: dict, results: Path):
         rec = doc.get("benchmarks", [{}])[0].get("extra_info", doc) if "benchmarks" in doc else doc
         if not isinstance(rec, dict) or rec.get("status") != "ok" or checks.gate(rec, spec):
             return None
-        return replay.load(trace), judged_bytes(rec)
+        return replay.load(trace), judged_bytes(rec), rec.get("wall_s")
     except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None
 
@@ -304,9 +312,10 @@ def run_cell(spec: dict, out: Path, results: Path = Path("results"), jobs: int =
     from bench.runner.simengine import ENV, EnginePool
     from bench.search.simpool import SimPool
     with EnginePool(os.environ.get(ENV), jobs, lambda: SimPool(jobs)) as pool:
+        trace, judged, own_s = _reuse(spec, results) or (None, None, None)
         doc = search(spec, pool.run_cell, log_dir=results / "logs" / "fits" / spec["cell"],
-                     reuse=_reuse(spec, results), simulate_many=pool.run_many,
-                     say=lambda m: print(m, file=sys.stderr, flush=True))
+                     reuse=(trace, judged) if trace is not None else None, simulate_many=pool.run_many,
+                     say=lambda m: print(m, file=sys.stderr, flush=True), own_s=own_s)
     from bench.records import reuse
     doc.update(cell=spec["cell"], inputs_sha256=spec["inputs_sha256"], versions=reuse.versions())
     atomic.write_json(out, doc)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bench.estimate import interp, replay
 from bench.search import progress
+from bench.spec import techniques
 
 
 class Shapes:
@@ -27,7 +28,8 @@ class Shapes:
         self.why_not: dict[str, str] = {}
 
     def shape_spec(self, batch: int, seq: int) -> dict:
-        return dict(self.spec, batch_size=batch, seq_len=seq)
+        """The cell at another shape; a sample needs no single-process cross-check of a per-rank step."""
+        return dict(self.spec, batch_size=batch, seq_len=seq, cross_check=False)
 
     def trace(self, batch: int, seq: int) -> dict:
         if (batch, seq) not in self.traces:
@@ -74,12 +76,18 @@ class Shapes:
         key = (batch, seq)
         if key not in self.reserved:
             fit = self.fits.get(name)
-            if fit is None or self.spec["knobs"]["dist"] or (name == "batch" and batch < fit.xs[0]):
+            if fit is None or by_formula(self.spec) or (name == "batch" and batch < fit.xs[0]):
                 self.trace(batch, seq)  # simulated: sets reserved
             else:
                 t = fit.at(seq if name == "seq" else batch)
                 self.reserved[key] = replay.replay(t, self.spec["knobs"]["alloc_conf"], points=1)["reserved_peak_bytes"]
         return self.reserved[key]
+
+
+def by_formula(spec: dict) -> bool:
+    """A ZeRO/FSDP cell whose per-rank figures are partitioned by formula, not one rank's trace
+    (bench/spec/techniques.py ``traced_per_rank``): no trace of its to interpolate."""
+    return bool(spec["knobs"]["dist"]) and not techniques.traced_per_rank(spec)
 
 
 def judged_bytes(rec: dict) -> int:

@@ -84,6 +84,14 @@ FSDP = {"fsdp", "fsdp-offload"}
 # 16-bit dtype (bnb_4bit_quant_storage) so the engine can flatten and shard them with the rest
 # (answer.ai's fsdp_qlora, PEFT's FSDP and DeepSpeed ZeRO-3 guides)
 SHARDS_PARAMETERS = {"zero3", "zero3-offload", "fsdp", "fsdp-offload"}
+# engines sim runs as one rank runs them (bench/worker/sim/rankgroup.py); the others are partitioned by formula
+TRACED_PER_RANK = {"fsdp"}
+
+
+def traced_per_rank(spec: dict) -> bool:
+    """Whether sim runs this cell's sharded step as its rank 0 runs it (a rank's own trace, searched
+    and replayed as any single-process step's), rather than one process partitioned by formula."""
+    return spec["knobs"].get("dist") in TRACED_PER_RANK and spec.get("world_size", 1) > 1
 
 
 def lookup(name: str) -> Technique:

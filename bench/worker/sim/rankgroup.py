@@ -16,7 +16,7 @@ What the fake group leaves out, each named and tested (tests/test_sim_ranks.py):
 - the device mesh's rank tensor (a few bytes, made before the tracker starts here);
 - NCCL's device buffers, outside PyTorch's allocator: bench/estimate/nccl.py adds them to the need.
 
-Which engines run per rank (``TRACED``): FSDP2 (``fsdp``). FSDP2 with CPU offload and DeepSpeed
+Which engines run per rank (bench/spec/techniques.py ``TRACED_PER_RANK``): FSDP2 (``fsdp``). FSDP2 with CPU offload and DeepSpeed
 ZeRO are still partitioned by formula from the single-process step (bench/worker/sim/sharding.py):
 offload needs host and device apart on one fake device, and DeepSpeed does not run under fake
 tensors.
@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import contextlib
 
-TRACED = ("fsdp",)
+from bench.spec import techniques
+
 HOW = ("rank 0's own program: the step run under fake tensors with FSDP2 (fully_shard) over torch's fake "
        "process group of the cell's world size; its allocation trace is the rank's, replayed as the rank's")
 LOAD_OP = "(the rank's shards, placed at load)"
@@ -33,7 +34,7 @@ LOAD_OP = "(the rank's shards, placed at load)"
 
 def traced(spec: dict) -> bool:
     """Whether sim runs this cell's step as one rank runs it (else: one process, partitioned)."""
-    return spec["knobs"].get("dist") in TRACED and spec.get("world_size", 1) > 1
+    return techniques.traced_per_rank(spec)
 
 
 @contextlib.contextmanager

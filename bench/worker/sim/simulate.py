@@ -89,20 +89,18 @@ def run(spec: dict, cuda_model: bool = True) -> dict:
     runs the full step."""
     from bench.worker.sim import layers
     if rankgroup.traced(spec):  # one rank's own program, and the single process beside it as a cross-check
-        return finish(spec, measure(spec, cuda_model), peers.gather(spec), single=measure(spec, cuda_model, per_rank=False))
+        single = measure(spec, cuda_model, per_rank=False) if spec.get("cross_check", True) else None
+        return per_rank(spec, measure(spec, cuda_model), single, peers.gather(spec))
     gathered: dict = {}
     # the peers read the config only: they run here while the small steps run in their forks
     m = layers.extended(spec, cuda_model, meanwhile=lambda: gathered.update(peers.gather(spec)))
     return finish(spec, m if m is not None else measure(spec, cuda_model), gathered or None)
 
 
-def finish(spec: dict, m: Measured, gathered_peers: dict | None = None, single: Measured | None = None) -> dict:
+def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
     """The record fields from the measured step: partitioning, the allocator replay, verdicts,
     peers (``peers.gather``'s figures where they were gathered already), step cost and speed model.
-    ``single``: where ``m`` is one rank's own program (bench/worker/sim/rankgroup.py), the
-    single-process step, partitioned by formula only as a cross-check."""
-    if single is not None:
-        return per_rank(spec, m, single, gathered_peers)
+    A step run as one rank runs it is ``per_rank``'s."""
     out, tracker, phases = m.out, m.tracker, m.phases
     states_phase = states_phase_of(phases)
     states = phases[states_phase]
@@ -185,10 +183,11 @@ def _costs(spec: dict, m: Measured, out: dict, states: dict, gathered_peers: dic
     return out
 
 
-def per_rank(spec: dict, m: Measured, single: Measured, gathered_peers: dict | None) -> dict:
+def per_rank(spec: dict, m: Measured, single: Measured | None, gathered_peers: dict | None) -> dict:
     """A cell whose step sim ran as rank 0 runs it: the rank's own trace is the record's and the
     allocator replay's; the load as the engine places it (``multi_process_load``); the formula over
-    the single-process step beside it, with how far the two differ."""
+    the single-process step ``single`` beside it, with how far the two differ (None: a search's
+    sample, which needs the rank's figures only)."""
     out, tracker, phases = m.out, m.tracker, m.phases
     n, dist, profiles = spec["world_size"], spec["knobs"]["dist"], spec["verdict_gpus"]
     details = out["details"]
@@ -197,21 +196,22 @@ def per_rank(spec: dict, m: Measured, single: Measured, gathered_peers: dict | N
                    rank_program={"how": rankgroup.HOW, "rank": 0, "world_size": n, "engine": dist},
                    zero_partitioning=f"per rank: {rankgroup.HOW}; the formula beside it in details.formula_cross_check",
                    zero_peak_phase=max(out["phase_peak_bytes"], key=out["phase_peak_bytes"].get))
-    units = sharding.unit_bytes(single.session.model, single.tracker.rounding)
-    formula = sharding.partition(single.phases, dist, n, units,
-                                 dist_mod.quant_state_bytes(single.session.model, single.tracker.rounding))
-    details["formula_cross_check"] = {
-        "how": f"{sharding.LABEL}: {dist} at world size {n}", "peak_bytes": formula["peak_bytes"],
-        "breakdown_bytes": formula["breakdown_bytes"], "peak_phase": formula["peak_phase"],
-        "traced_minus_formula_bytes": out["peak_bytes"] - formula["peak_bytes"],
-        "traced_over_formula": out["peak_bytes"] / formula["peak_bytes"] - 1 if formula["peak_bytes"] else None}
-    details["unpartitioned"] = {k: single.out[k] for k in ("peak_bytes", "breakdown_bytes", "phase_peak_bytes",
-                                                           "step_peak_bytes")}
+    units = sharding.unit_bytes(m.session.model, tracker.rounding)  # a DTensor's numel is the whole weight's
+    if single is not None:
+        formula = sharding.partition(single.phases, dist, n, units,
+                                     dist_mod.quant_state_bytes(single.session.model, single.tracker.rounding))
+        details["formula_cross_check"] = {
+            "how": f"{sharding.LABEL}: {dist} at world size {n}", "peak_bytes": formula["peak_bytes"],
+            "breakdown_bytes": formula["breakdown_bytes"], "peak_phase": formula["peak_phase"],
+            "traced_minus_formula_bytes": out["peak_bytes"] - formula["peak_bytes"],
+            "traced_over_formula": out["peak_bytes"] / formula["peak_bytes"] - 1 if formula["peak_bytes"] else None}
+        details["unpartitioned"] = {k: single.out[k] for k in ("peak_bytes", "breakdown_bytes", "phase_peak_bytes",
+                                                               "step_peak_bytes")}
     details.update(verdict_reserve_bytes=verdicts.RESERVE_BYTES, verdict_notes=verdicts.notes(spec["knobs"], profiles))
     model = alloctrace.attach(out, tracker, spec, profiles)
     model["per_rank"] = "the trace replayed is rank 0's own step, from its shards placed at load"
     details["verdict_rule"] = verdicts.RULE + "; the trace is rank 0's own step (FSDP2 over a fake process group)"
-    details["load_phase"] = multi_process_load(single.session.model, spec, model, profiles, units, out)
+    details["load_phase"] = multi_process_load(m.session.model, spec, model, profiles, units, out)
     out["verdicts"] = verdicts.after_load(verdicts.from_replay(model, profiles), details["load_phase"]["verdicts"])
     for gpu, v in details["load_phase"]["verdicts"].items():
         if v != "fits":
