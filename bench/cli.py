@@ -84,13 +84,54 @@ def parser() -> argparse.ArgumentParser:
     fit.add_argument("--no-hints", action="store_true", help="skip what-to-change (no extra simulations)")
     fit.add_argument("--trust-remote-code", action="store_true",
                      help="run a Hub model's own code (auto_map); off by default")
+    meas = sub.add_parser("measure", help="run the recipes for real on this machine's GPU, beside sim's prediction",
+                          description="Exit status: 0 every recipe ran (fits or oom), 1 a run failed or was "
+                                      "skipped (no CUDA device), 2 bad input (bench/fit/measure.py)")
+    meas.add_argument("model", nargs="?", help="as for fit: a matrix model name, a config.json path or a Hub id")
+    meas.add_argument("--config", help="a training config, as for fit")
+    meas.add_argument("--format", choices=["trl", "axolotl", "llamafactory", "torchtune"])
+    meas.add_argument("--gpu", required=True, help="the GPU profile to run as (runs are capped to its memory)")
+    meas.add_argument("--techniques", help="comma-separated recipes (default: the 7-8B study's)")
+    meas.add_argument("--seq", type=int, help="sequence length (default 2048)")
+    meas.add_argument("--batch", type=int, help="batch size (default 1)")
+    meas.add_argument("--results", default="results", help="results folder: records go to RESULTS/measured/")
+    meas.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
+    meas.add_argument("--trust-remote-code", action="store_true", help="run a Hub model's own code (auto_map)")
     return ap
+
+
+def measure_main(args, techniques, say) -> int:
+    """``ft-membench measure`` (bench/fit/measure.py)."""
+    from bench.fit import measure
+    try:
+        q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
+                              args.trust_remote_code)
+        gpu, _ = fitgpus.resolve(args.gpu, fitcells.cuda_profiles(), None)
+        chosen = fitcells.canonical_techniques(q.techniques or fitcells.default_techniques())[0]
+        cells = {m: fitcells.specs(q.model, gpu, chosen, q.seq, q.batch, q.options, args.trust_remote_code, mode=m)
+                 for m in ("sim", "cuda")}
+    except fitinput.Usage as exc:
+        if args.json:
+            print(json.dumps({"error": str(exc), "exit_code": guard.BAD_INPUT}))
+        print(f"ft-membench: {exc}", file=sys.stderr)
+        return guard.BAD_INPUT
+    predicted = answer(cells["sim"], gpu, Path(args.results), search=False, say=say)
+    got = measure.run(cells["sim"], cells["cuda"], predicted, gpu, Path(args.results), say=say)
+    code = guard.OK if all(c["measured"]["status"] in ("ok", "oom") for c in got) else guard.NO_FIT
+    if args.json:
+        print(json.dumps({"exit_code": code, "gpu": gpu, "recipes": [{k: v for k, v in c.items() if k != "spec"}
+                                                                      for c in got]}, indent=1))
+    else:
+        print(measure.render(got, Path(args.results)))
+    return code
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     techniques = [t.strip() for t in args.techniques.split(",") if t.strip()] if args.techniques else None
     say = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    if args.command == "measure":
+        return measure_main(args, techniques, say)
     try:
         host_bytes = hostmem.parse_bytes(args.host_mem) if args.host_mem is not None else None
     except ValueError as exc:

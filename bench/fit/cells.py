@@ -61,11 +61,12 @@ def canonical_techniques(techniques: list[str]) -> tuple[list[str], dict[str, st
 
 
 def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: int | None,
-          options: dict | None = None, trust_remote_code: bool = False) -> dict[str, dict]:
+          options: dict | None = None, trust_remote_code: bool = False, mode: str = "sim") -> dict[str, dict]:
     """{cell: spec} for the question, through the matrix loader: the study is judged against
     every cuda profile of matrix/gpus.yaml (as the default matrix's sim studies are), so its
     records are the matrix's own where the shape agrees. Techniques are taken in their one
-    spelling (``canonical_techniques``)."""
+    spelling (``canonical_techniques``). ``mode="cuda"``: the same question as real runs on this
+    machine's GPU, capped to ``gpu``'s memory (``ft-membench measure``): one warm-up, three steps."""
     techniques = canonical_techniques(techniques)[0]
     base = matrix.DEFAULT_MATRIX.parent
     gpus = yaml.load((base / "gpus.yaml").read_text(), Loader=matrixfile.SAFE_LOADER)
@@ -82,8 +83,10 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
         "technique_options": yaml.load(matrix.DEFAULT_MATRIX.read_text(),
                                        Loader=matrixfile.SAFE_LOADER).get("technique_options", {}),
         "studies": {"fit": {
-            "mode": "sim", "models": [model], "gpus": [g for g, p in gpus.items() if p.get("kind") == "cuda"],
-            "batch_size": batch or 1, "seq_len": seq or 2048, "steps": 1, "warmup_steps": 1, "timeout_s": 600,
+            "mode": mode, "models": [model],
+            "gpus": [g for g, p in gpus.items() if p.get("kind") == "cuda"] if mode == "sim" else [gpu],
+            "batch_size": batch or 1, "seq_len": seq or 2048, "steps": 1 if mode == "sim" else 3, "warmup_steps": 1,
+            "timeout_s": 600,
             "techniques": techniques,
             **({} if "baseline" in techniques else {"exclude": [{"techniques": "baseline"}]}),
             **({"technique_options": options} if options else {}),  # a --config's LoRA settings
