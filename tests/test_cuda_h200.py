@@ -94,3 +94,23 @@ def test_fp32_grouped_query_attention_is_simulated_as_the_gpu_ran_it(tmp_path):
     measured = results.read(ROOT, only="qwen2.5-0.5b__h200__baseline").records["qwen2.5-0.5b__h200__baseline"]
     rec = simulate.run(spec)
     assert abs(rec["peak_bytes"] / measured["peak_bytes"] - 1) <= ALLOCATED_WITHIN
+
+
+MEASURED = ROOT / "measure-llama-3.2-3b"
+
+
+def test_ft_membench_measure_on_the_h200_held_out_llama_3b():
+    """`ft-membench measure llama-3.2-3b --gpu h200 --techniques bf16,gc+bf16,lora+gc+bf16,qlora+gc`,
+    predicted here (pinned versions) and stored before it ran on the H200: a model no earlier run
+    had measured. Allocated within 1.5%, reserved within 0.5%, every verdict as the run ended."""
+    import json
+    rs = results.read(MEASURED)
+    assert rs.problems == [] and len(rs.records) == 4
+    for cell, rec in rs.records.items():
+        assert rec["status"] == "ok" and rec["provenance"] == "cuda-measured"
+        assert rec["details"]["cuda"]["physical_device"] == "NVIDIA H200"
+        twin = cell.replace("__h200__", "__sim__")
+        pred = json.loads((MEASURED / "predicted" / f"{twin}.b1.s2048.json").read_text())
+        assert checks.problems(pred) == [] and pred["verdicts"]["h200"] == "fits"
+        assert abs(pred["peak_bytes"] / rec["peak_bytes"] - 1) <= 0.015, cell
+        assert abs(pred["modelled_reserved_peak_bytes"] / rec["reserved_peak_bytes"] - 1) <= 0.005, cell

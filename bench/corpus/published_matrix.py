@@ -54,6 +54,8 @@ LORA_OPTIONS: dict[str, dict] = {
     "peft-mmqa-dora-r32": {"r": 32, "target_modules": ["q_proj", "v_proj"], "adapter_dtype": "fp32"},
     # our own H200 runs: matrix/cuda-h200.yaml's technique_options
     "h200-": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+    # ft-membench measure's rows: the fit command's LoRA settings (matrix/default.yaml technique_options)
+    "own-": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
 }
 
 STEPS, WARMUP_STEPS, TIMEOUT_S = 1, 1, 600
