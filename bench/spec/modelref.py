@@ -231,3 +231,18 @@ def _ask_transformers(models: list[Model]) -> list[dict]:
         tail = " ".join(proc.stderr.split()[-40:])
         raise ModelError(f"model {models[0].source}: the transformers check failed ({tail})")
     return json.loads(proc.stdout)
+
+
+def bounds_problem(config: dict) -> str:
+    """What bench/spec/workloads.config_problem leaves to the loader ('' when nothing): a model
+    without a vocabulary (the step's token sampler fails cryptically), or a rotary base or norm
+    epsilon that is infinite (the step trains nothing: every output uniform)."""
+    cfg = config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config
+    vocab = cfg.get("vocab_size")
+    if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab < 1:
+        return f"vocab_size is {vocab}: a model without a vocabulary has no tokens to train on"
+    for key in ("rope_theta", "rms_norm_eps", "layer_norm_eps"):
+        v = cfg.get(key)
+        if isinstance(v, float) and v in (float("inf"), float("-inf")):
+            return f"{key} is {v}: it must be finite (an infinite epsilon or base trains nothing)"
+    return ""
