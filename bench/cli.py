@@ -170,6 +170,8 @@ def _fit(args) -> int:
         print(render(lines, gpu, profile, q.asked, best=not asked))
         print(guard.describe(q, hints, guard.warnings(lines, gpu, args.allow_tight), code,
                              guard.host_lines(lines, gpu, host_bytes)))
+    for warning in guard.warnings(lines, gpu, args.allow_tight):   # paging, --allow-tight: on stderr too (docs/fit.md)
+        say(f"ft-membench: warning: {warning}")
     for ln in lines:   # the reason is on stdout under its line; said on stderr too, and the exit says it
         if (ln.get("record") or {}).get("status") in ("error", "timeout"):
             say(f"ft-membench: {ln['technique']}: {ln['verdict']}: {ln.get('reason') or 'no reason given'}")

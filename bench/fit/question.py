@@ -81,6 +81,9 @@ def question(model: str | None, config: str | None, fmt: str | None, techniques:
             q.model = local
             q.notes.append(f"{asked}: answered by the matrix model {local} (matrix/models/{local}.json, whose _source "
                            "is the same repository)")
+            if "@" in asked:   # the matrix's config is the repository's as recorded there, not that revision's
+                q.notes.append(f"{asked}: the revision @{asked.split('@', 1)[1]} is not read: the matrix model's "
+                               f"config answers (give that revision's config.json path to answer from it)")
         else:
             try:
                 path = hubmodel.ensure_config(asked, trust_remote_code)

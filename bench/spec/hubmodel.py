@@ -112,8 +112,9 @@ def ensure_config(text: str, trust_remote_code: bool = False) -> Path:
             raise ModelError(f"model {text}: no revision {revision!r} in that repository") from None
         except LocalEntryNotFoundError:
             why = "HF_HUB_OFFLINE is set" if offline() else "the Hub cannot be reached"
+            fetch = f"huggingface-cli download {repo_id} config.json" + (f" --revision {revision}" if revision else "")
             raise ModelError(f"model {text}: its config.json is not in the Hugging Face cache and {why} "
-                             f"(`huggingface-cli download {repo_id} config.json` fetches it alone)") from None
+                             f"(`{fetch}` fetches it alone)") from None
         except EntryNotFoundError:  # after its Local subclass
             raise ModelError(f"model {text}: the repository holds no config.json") from None
         except (OSError, ValueError) as exc:

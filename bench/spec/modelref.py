@@ -154,10 +154,11 @@ def _from_hf_cache(text: str, trust: bool, models_dir: Path) -> Model:
     repo_id, _, revision = text.partition("@")
     file = _hf_cached_config(repo_id, revision or "main")
     if file is None:
+        fetch = f"huggingface-cli download {repo_id} config.json" + (f" --revision {revision}" if revision else "")
         raise ModelError(f"model {text}: not a name in {models_dir} ({_known(models_dir)}), not a file or "
                          f"folder, and not in the local "
                          f"Hugging Face cache ({_hf_cache_dir()}; offline, nothing is downloaded: "
-                         f"`huggingface-cli download {repo_id} config.json` fetches it)")
+                         f"`{fetch}` fetches it)")
     rev = file.parent.name
     return _from_file(file, slug(repo_id.split("/")[-1]), f"{repo_id}@{rev[:12]} (Hugging Face cache: {file})", trust)
 
