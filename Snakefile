@@ -73,6 +73,9 @@ rule all:
         "results/fits.csv",
         # named too so that a deleted cell JSON is rerun (alone), not silently skipped
         expand("results/cells/{cell}.json", cell=CELLS),
+        # and each search: one set aside as corrupt (bench/search/fits.py: renamed .corrupt,
+        # "rerun to search again") or deleted is searched again, not left an error row
+        expand("results/fits/{cell}.json", cell=SIM_CELLS),
 
 
 rule cell:

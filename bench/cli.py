@@ -24,8 +24,10 @@ the installed versions differ from the reference's), or with ``--resimulate`` si
 Each line says where its answer came from. A simulation is deterministic, so a reused record
 is the one a new run would write. Torch-free.
 
-Bad input (an unknown model or GPU or technique, a negative or absurd shape) is one line on
-stderr naming what is wrong, exit status 2. A technique whose simulation ended in an error or a
+Bad input (an unknown model or GPU or technique, a negative or absurd shape, a bad option) is one
+line on stderr naming what is wrong, exit status 2; a failure of the command itself (a bug) is one
+line too, exit status 3, never 1 ("does not fit"). With ``--json`` either is also one object on
+stdout, its ``error`` naming the cause (``guard.error_object``). A technique whose simulation ended in an error or a
 time-out prints its reason and makes the exit status 1. An unwritable ``--results`` folder is
 a one-line warning: the answer is printed, not kept.
 
@@ -51,9 +53,22 @@ from bench.fit.answer import answer
 from bench.fit.table import render
 
 
+class ArgError(Exception):
+    """A command line argparse refuses: its message and the usage line of the (sub)command."""
+
+    def __init__(self, message: str, usage: str):
+        super().__init__(message)
+        self.usage = usage
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):   # raised, not printed and exited: main says it (and in --json too)
+        raise ArgError(f"{self.prog}: {message}", self.format_usage())
+
+
 def parser() -> argparse.ArgumentParser:
     """The `ft-membench` command line, built without running anything (tests/test_docs.py reads it)."""
-    ap = argparse.ArgumentParser(prog="ft-membench", description=__doc__.splitlines()[0])
+    ap = _Parser(prog="ft-membench", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     fit = sub.add_parser("fit", help="will MODEL fine-tune on GPU, and how far can it go",
                          description="Exit status: 0 fits, 1 does not fit (tight too, unless --allow-tight), "
@@ -127,7 +142,36 @@ def measure_main(args, techniques, say) -> int:
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    """Every outcome is an exit status of guard's (0, 1, 2, 3) and, with ``--json``, one object on stdout."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    as_json = "--json" in argv
+    try:
+        args = parser().parse_args(argv)
+        as_json = args.json
+        return _fit(args)
+    except ArgError as exc:
+        print(exc.usage.rstrip(), file=sys.stderr)
+        return _fail(guard.BAD_INPUT, str(exc), as_json)
+    except fitinput.Usage as exc:
+        return _fail(guard.BAD_INPUT, f"ft-membench: {exc}", as_json)
+    except Exception as exc:  # noqa: BLE001 - a bug: one line naming it, never exit 1 ("does not fit")
+        where = exc.__traceback__
+        while where is not None and where.tb_next is not None:
+            where = where.tb_next
+        at = f" (at {Path(where.tb_frame.f_code.co_filename).name}:{where.tb_lineno})" if where else ""
+        text = " ".join(str(exc).split())[:300]
+        return _fail(guard.FAILED, f"ft-membench: failed: {type(exc).__name__}: {text}{at}; please report it "
+                                   "with the command", as_json)
+
+
+def _fail(code: int, message: str, as_json: bool) -> int:
+    print(message, file=sys.stderr)
+    if as_json:
+        print(json.dumps(guard.error_object(code, message), indent=1))
+    return code
+
+
+def _fit(args) -> int:
     techniques = [t.strip() for t in args.techniques.split(",") if t.strip()] if args.techniques else None
     say = lambda m: print(m, file=sys.stderr)  # noqa: E731
     if args.command == "measure":
@@ -135,25 +179,20 @@ def main(argv=None) -> int:
     try:
         host_bytes = hostmem.parse_bytes(args.host_mem) if args.host_mem is not None else None
     except ValueError as exc:
-        print(f"ft-membench: --host-mem: {exc}", file=sys.stderr)
-        return guard.BAD_INPUT
-    try:
-        if techniques == []:
-            raise fitinput.Usage("--techniques: empty list")
-        q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
-                              args.trust_remote_code)
-        gpu, n_gpus = fitgpus.resolve(args.gpu, fitcells.cuda_profiles(), args.gpus)
-        asked = q.techniques is not None
-        chosen, renamed = fitcells.canonical_techniques(q.techniques or fitcells.default_techniques())
-        for said, spelled in (renamed if asked else {}).items():
-            say(f"ft-membench: {said} is the recipe {spelled} (one spelling per recipe: its cell and records)")
-        chosen, notes = fitgpus.on_gpus(chosen, n_gpus, asked)
-        for note in notes:
-            say(f"ft-membench: note: {note}")
-        cells = fitcells.specs(q.model, gpu, chosen, q.seq, q.batch, q.options, args.trust_remote_code)
-    except fitinput.Usage as exc:
-        print(f"ft-membench: {exc}", file=sys.stderr)
-        return guard.BAD_INPUT
+        raise fitinput.Usage(f"--host-mem: {exc}") from None
+    if techniques == []:
+        raise fitinput.Usage("--techniques: empty list")
+    q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
+                          args.trust_remote_code)
+    gpu, n_gpus = fitgpus.resolve(args.gpu, fitcells.cuda_profiles(), args.gpus)
+    asked = q.techniques is not None
+    chosen, renamed = fitcells.canonical_techniques(q.techniques or fitcells.default_techniques())
+    for said, spelled in (renamed if asked else {}).items():
+        say(f"ft-membench: {said} is the recipe {spelled} (one spelling per recipe: its cell and records)")
+    chosen, notes = fitgpus.on_gpus(chosen, n_gpus, asked)
+    for note in notes:
+        say(f"ft-membench: note: {note}")
+    cells = fitcells.specs(q.model, gpu, chosen, q.seq, q.batch, q.options, args.trust_remote_code)
     profile = next(iter(cells.values()))["verdict_gpus"][gpu]
     lines = answer(cells, gpu, Path(args.results), search=not args.no_search, say=say, jobs=args.jobs,
                    resimulate=args.resimulate)
@@ -172,6 +211,8 @@ def main(argv=None) -> int:
         print(render(lines, gpu, profile, q.asked, best=not asked))
         print(guard.describe(q, hints, guard.warnings(lines, gpu, args.allow_tight), code,
                              guard.host_lines(lines, gpu, host_bytes)))
+    for warning in guard.warnings(lines, gpu, args.allow_tight):   # paging, --allow-tight: on stderr too (docs/fit.md)
+        say(f"ft-membench: warning: {warning}")
     for ln in lines:   # the reason is on stdout under its line; said on stderr too, and the exit says it
         if (ln.get("record") or {}).get("status") in ("error", "timeout"):
             say(f"ft-membench: {ln['technique']}: {ln['verdict']}: {ln.get('reason') or 'no reason given'}")

@@ -31,6 +31,7 @@ from bench.runner import launch, lifeline, simengine
 from bench.spec import matrix
 
 CELLS = pytest.StashKey[dict]()
+WHY = pytest.StashKey[str]()   # why collection failed, for the --cell-out record
 
 
 def pytest_addoption(parser):
@@ -86,6 +87,7 @@ def cells_of(config) -> dict:
         try:
             config.stash[CELLS] = matrix.load(config.getoption("matrix"))
         except matrix.MatrixError as exc:
+            config.stash[WHY] = str(exc)
             raise pytest.UsageError(str(exc)) from None
     return config.stash[CELLS]
 
@@ -96,7 +98,9 @@ def pytest_generate_tests(metafunc):
         only = metafunc.config.getoption("cell")
         if only is not None:
             if only not in cells:
-                raise pytest.UsageError(f"--cell {only}: no such cell in {metafunc.config.getoption('matrix')}")
+                why = f"--cell {only}: no such cell in {metafunc.config.getoption('matrix')}"
+                metafunc.config.stash[WHY] = why
+                raise pytest.UsageError(why)
             cells = {only: cells[only]}
         metafunc.parametrize("cell_spec", list(cells.values()), ids=list(cells))
 
@@ -141,6 +145,8 @@ def pytest_sessionfinish(session, exitstatus):
     doc = usable(tmp, cell)
     if doc is None:
         reason = f"pytest ended with exit status {int(exitstatus)} and left no benchmark record"
+        if config.stash.get(WHY, None):   # the cause pytest printed, kept in the row (not only in the log)
+            reason += f": the cell could not be collected: {config.stash[WHY]}"
         spec = config.stash.get(CELLS, {}).get(cell)
         rec = record.failure(spec, "error", reason) if spec else record.orphan(cell, reason)
         doc = {"benchmarks": [{"name": f"test_cell[{cell}]", "extra_info": rec}]}

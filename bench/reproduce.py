@@ -15,7 +15,9 @@ noise band (bench.records.noise). Cells are the reference's; a cell the matrix n
 reference file that cannot be read, is a difference too.
 
 Output: every difference, one line each, by cell and field, on stdout and in
-``<out>/differences.txt``. Exit status 0 when there is none, 1 otherwise. Torch-free.
+``<out>/differences.txt``. Exit status 0 when there is none, 1 otherwise, 2 for bad input (a
+matrix that is missing or wrong, an ``--out`` that is not a folder): one line naming it, before
+anything runs. Torch-free.
 """
 from __future__ import annotations
 
@@ -99,8 +101,14 @@ def main(argv=None) -> int:
     ap.add_argument("--check-only", action="store_true", help="check the cells already in --out, run nothing")
     args = ap.parse_args(argv)
     out = Path(args.out)
+    there = next((p for p in (out, *out.parents) if p.exists()), None)   # the nearest part that exists
+    if there is not None and not there.is_dir():
+        return _bad(f"--out {out}: not a folder ({there} is a file)")
+    try:
+        specs = matrix.load(args.matrix)
+    except (matrix.MatrixError, OSError) as exc:
+        return _bad(f"--matrix: {' '.join(str(exc).split())[:500]}")
     ref = results.read(args.reference, only=args.only)
-    specs = matrix.load(args.matrix)
     cells, lines = select(ref, specs, args.only)
     load = None if args.check_only else run(cells, specs, out)
     lines += check(ref, results.read(out, only=args.only), cells)
@@ -113,6 +121,11 @@ def main(argv=None) -> int:
     (out / "differences.txt").write_text(text)
     print(text, end="")
     return 1 if lines else 0
+
+
+def _bad(message: str) -> int:
+    print(f"bench.reproduce: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

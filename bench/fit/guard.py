@@ -10,6 +10,10 @@ Exit status (``exit_code``):
      allocator's rounding and fragmentation, exceeds what the card offers: a launch may OOM
      mid-run), unless ``--allow-tight`` (then 0, with a warning on stderr).
   2  bad input (unknown model, GPU or technique, an unreadable or malformed config, a bad shape).
+  3  the command failed (a bug): one line naming the exception, never 1, which would read "does not fit".
+
+With ``--json`` an exit 2 or 3 is still one object on stdout (``error_object``): ``verdict``
+``bad-input`` or ``failed``, ``exit_code``, and ``error`` (``kind``, ``message``).
 
 ``answer_object`` is the ``--json`` output (``SCHEMA_VERSION``; fields in docs/fit.md): the same
 content as the text answer. Bytes are integers; every figure says its provenance ("sim": the
@@ -22,7 +26,14 @@ from bench.estimate import hostmem, verdicts
 from bench.estimate.measures import need_bytes
 
 SCHEMA_VERSION = 1
-OK, NO_FIT, BAD_INPUT = 0, 1, 2
+OK, NO_FIT, BAD_INPUT, FAILED = 0, 1, 2, 3
+
+
+def error_object(code: int, message: str) -> dict:
+    """The ``--json`` object of an answer that could not be given: bad input (2) or a failure (3)."""
+    kind = "bad-input" if code == BAD_INPUT else "failed"
+    return {"schema_version": SCHEMA_VERSION, "verdict": kind, "exit_code": code,
+            "error": {"kind": kind, "message": message}}
 
 
 def paged(line: dict, gpu: str) -> bool:

@@ -11,9 +11,10 @@ the config (None without one) and the notes saying how the model was found. Ever
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bench.spec import hubmodel, trainconfig
-from bench.spec.modelref import ModelError
+from bench.spec.modelref import MODELS_DIR, ModelError
 
 
 class Usage(ValueError):
@@ -30,6 +31,27 @@ class Question:
     options: dict = field(default_factory=dict)
     recipe: object = None          # trainconfig.Recipe or None
     notes: list[str] = field(default_factory=list)
+
+
+def anchored(text: str, base: Path) -> str:
+    """``text`` as the matrix loader should read it: a relative local path (a ``.json``, a ``.``
+    or ``~`` path, or one that exists under ``base``) made absolute against ``base`` (the user's
+    working directory for MODEL, the config file's folder for its ``model_name_or_path``); a
+    matrix model name or a Hugging Face id unchanged. The loader reads the one-study matrix from
+    a temp folder, which is no base for the user's paths."""
+    if not isinstance(text, str) or not text or "@" in text:
+        return text
+    try:
+        path = Path(text).expanduser()
+        if path.is_absolute():
+            return str(path)
+        if "/" not in text and (MODELS_DIR / f"{text}.json").is_file():
+            return text   # the matrix's own model wins over a folder of the same name, as in the loader
+        if text.startswith((".", "~")) or text.endswith(".json") or (base / path).exists():
+            return str((base / path).absolute())
+    except (OSError, ValueError):   # a name too long for a path is no local file
+        pass
+    return text
 
 
 def question(model: str | None, config: str | None, fmt: str | None, techniques: list[str] | None,
@@ -49,15 +71,19 @@ def question(model: str | None, config: str | None, fmt: str | None, techniques:
     asked = model or (recipe.model if recipe else None)
     if not asked:
         raise Usage(f"--config {config}: names no model (give MODEL)" if config else "MODEL or --config is needed")
-    q = Question(asked, asked, techniques, seq, batch, options, recipe)
+    base = Path.cwd() if model else Path(config).expanduser().absolute().parent
+    q = Question(anchored(asked, base), asked, techniques, seq, batch, options, recipe)
     if model and recipe is not None and recipe.model and recipe.model != model:
         q.notes.append(f"MODEL {model} answers in place of the config's {recipe.model}")
-    if hubmodel.is_hub_id(asked):
+    if q.model == asked and hubmodel.is_hub_id(asked):
         local = hubmodel.local_name(asked)
         if local:
             q.model = local
             q.notes.append(f"{asked}: answered by the matrix model {local} (matrix/models/{local}.json, whose _source "
                            "is the same repository)")
+            if "@" in asked:   # the matrix's config is the repository's as recorded there, not that revision's
+                q.notes.append(f"{asked}: the revision @{asked.split('@', 1)[1]} is not read: the matrix model's "
+                               f"config answers (give that revision's config.json path to answer from it)")
         else:
             try:
                 path = hubmodel.ensure_config(asked, trust_remote_code)

@@ -121,7 +121,7 @@ def stored_fits(spec: dict, results: Path, gpu: str, here: dict | None = None,
                             if found:
                                 return found
                             break
-            except OSError:
+            except (OSError, UnicodeDecodeError, csv.Error):   # unreadable, not UTF-8, not CSV: not an answer
                 pass
             continue
         doc, _why = fits_csv.read_doc(path)

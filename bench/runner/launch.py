@@ -45,6 +45,10 @@ def run_cell(spec: dict, log_path: str | os.PathLike | None = None) -> dict:
         # is the same in every run; the allocation trace and its replay reproduce to the byte
         env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONHASHSEED="0",
                    PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        # the worker's temp files (its pinned inputs) go in this cell's folder, removed below however the
+        # worker ends (killed, timed out); the compile cache stays where it was, shared by every cell
+        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir(), f"torchinductor_{_user()}")))
+        env["TMPDIR"] = tmp
         with open(log, "w") as fh:
             proc = subprocess.Popen(worker_command(spec, spec_path, out_path), stdout=fh,
                                     stderr=subprocess.STDOUT, env=env, start_new_session=True,
@@ -74,6 +78,14 @@ def run_cell(spec: dict, log_path: str | os.PathLike | None = None) -> dict:
             return record.failure(spec, "error", exit_reason(code), tail(log))
         keep_traces(spec, out_path, rec, log_path)
         return rec
+
+
+def _user() -> str:
+    import getpass
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
 
 
 def keep_traces(spec: dict, out_path: Path, rec: dict, log_path) -> None:

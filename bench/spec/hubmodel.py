@@ -26,12 +26,28 @@ from pathlib import Path
 from bench.spec.modelref import MODELS_DIR, REPO_ID, ModelError
 
 CONFIG = "config.json"
+HUB_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")   # the Hub's rules: ASCII, no '..' or '--', <= 96 chars
+
+
+def check_id(text: str) -> None:
+    """Refuse (ModelError, one line) an ``org/name[@revision]`` the Hub would refuse, before any
+    library or the file system sees it: a non-ASCII, '..' or '--' name, or one too long."""
+    repo_id = text.partition("@")[0]
+    shown = text if len(text) <= 100 else text[:97] + "..."
+    bad = [p for p in repo_id.split("/") if not HUB_PART.match(p) or ".." in p or "--" in p or p.endswith(".")]
+    if len(repo_id) > 96 or bad or repo_id.count("/") != 1:
+        raise ModelError(f"model {shown}: not a valid Hugging Face repository id (ORG/NAME: ASCII letters, digits, "
+                         "'-', '_', '.', no '..' or '--', at most 96 characters)")
 
 
 def is_hub_id(text: str) -> bool:
     """``org/name`` (optionally ``@revision``) that is not a local path."""
     text = str(text)
-    return "/" in text.split("@")[0] and bool(REPO_ID.match(text)) and not Path(text).expanduser().exists() \
+    try:
+        exists = Path(text).expanduser().exists()
+    except (OSError, ValueError):   # a name too long (or with a NUL) for a path is no local file
+        exists = False
+    return "/" in text.split("@")[0] and bool(REPO_ID.match(text)) and not exists \
         and not text.startswith((".", "/", "~")) and not text.endswith(".json")
 
 
@@ -66,12 +82,22 @@ def ensure_config(text: str, trust_remote_code: bool = False) -> Path:
     it is not cached and the Hub may be asked. A ModelError names the id and the reason: not
     cached while offline, not found, gated without access, not valid JSON ("malformed"), or
     remote code without the opt-in."""
+    check_id(text)
+    try:
+        import huggingface_hub  # noqa: F401
+    except ImportError:
+        raise ModelError(f"model {text}: reading a Hugging Face id needs huggingface_hub, which is not "
+                         "installed (pip install huggingface_hub), or give a config.json path") from None
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
     from huggingface_hub.errors import (EntryNotFoundError, GatedRepoError, LocalEntryNotFoundError,
                                         RepositoryNotFoundError, RevisionNotFoundError)
     repo_id, _, revision = text.partition("@")
     revision = revision or None
-    cached = try_to_load_from_cache(repo_id, CONFIG, revision=revision)
+    try:   # the Hub's own rules for a repository id (no '..', ASCII, at most 96 characters)
+        cached = try_to_load_from_cache(repo_id, CONFIG, revision=revision)
+    except (ValueError, OSError) as exc:   # HFValidationError is a ValueError
+        raise ModelError(f"model {text[:100]}{'...' if len(text) > 100 else ''}: not a valid Hugging Face "
+                         f"repository id: {' '.join(str(exc).split())[:200]}") from None
     path = Path(cached) if isinstance(cached, str) else None
     if path is None:
         try:
@@ -86,8 +112,9 @@ def ensure_config(text: str, trust_remote_code: bool = False) -> Path:
             raise ModelError(f"model {text}: no revision {revision!r} in that repository") from None
         except LocalEntryNotFoundError:
             why = "HF_HUB_OFFLINE is set" if offline() else "the Hub cannot be reached"
+            fetch = f"huggingface-cli download {repo_id} config.json" + (f" --revision {revision}" if revision else "")
             raise ModelError(f"model {text}: its config.json is not in the Hugging Face cache and {why} "
-                             f"(`huggingface-cli download {repo_id} config.json` fetches it alone)") from None
+                             f"(`{fetch}` fetches it alone)") from None
         except EntryNotFoundError:  # after its Local subclass
             raise ModelError(f"model {text}: the repository holds no config.json") from None
         except (OSError, ValueError) as exc:

@@ -23,6 +23,7 @@ import dataclasses
 import itertools
 import json
 import math
+import os
 from pathlib import Path
 
 from bench.spec import inputs, modelref
@@ -251,6 +252,10 @@ def _spec(ctx: dict, study: str, model: modelref.Model, gpu: str, names: list[st
     bad = workloads.load_problem(model.path, knobs) or (
         f"model {model.source}: " + why if (why := workloads.config_problem(model.config, knobs["seq_len"]
                                                                               or shape["seq_len"])) else "")
+    bad = bad or (f"model {model.source}: " + why if (why := modelref.bounds_problem(model.config)) else "")
+    if mode == "cpu" and knobs["world_size"] > (cores := max(2, os.cpu_count() or 1)):   # real ranks, each a process
+        bad = (f"{knobs['world_size']} cpu ranks on a machine with {os.cpu_count()} cores: a cpu cell runs each rank "
+               f"as a real process; at most {cores} here")
     if bad:
         raise MatrixError(path, f"{where}.techniques", f"{'+'.join(names)}: {bad}")
     ds = ctx["ds_dir"] / f"{knobs['dist']}.json"

@@ -154,10 +154,11 @@ def _from_hf_cache(text: str, trust: bool, models_dir: Path) -> Model:
     repo_id, _, revision = text.partition("@")
     file = _hf_cached_config(repo_id, revision or "main")
     if file is None:
+        fetch = f"huggingface-cli download {repo_id} config.json" + (f" --revision {revision}" if revision else "")
         raise ModelError(f"model {text}: not a name in {models_dir} ({_known(models_dir)}), not a file or "
                          f"folder, and not in the local "
                          f"Hugging Face cache ({_hf_cache_dir()}; offline, nothing is downloaded: "
-                         f"`huggingface-cli download {repo_id} config.json` fetches it)")
+                         f"`{fetch}` fetches it)")
     rev = file.parent.name
     return _from_file(file, slug(repo_id.split("/")[-1]), f"{repo_id}@{rev[:12]} (Hugging Face cache: {file})", trust)
 
@@ -231,3 +232,18 @@ def _ask_transformers(models: list[Model]) -> list[dict]:
         tail = " ".join(proc.stderr.split()[-40:])
         raise ModelError(f"model {models[0].source}: the transformers check failed ({tail})")
     return json.loads(proc.stdout)
+
+
+def bounds_problem(config: dict) -> str:
+    """What bench/spec/workloads.config_problem leaves to the loader ('' when nothing): a model
+    without a vocabulary (the step's token sampler fails cryptically), or a rotary base or norm
+    epsilon that is infinite (the step trains nothing: every output uniform)."""
+    cfg = config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config
+    vocab = cfg.get("vocab_size")
+    if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab < 1:
+        return f"vocab_size is {vocab}: a model without a vocabulary has no tokens to train on"
+    for key in ("rope_theta", "rms_norm_eps", "layer_norm_eps"):
+        v = cfg.get(key)
+        if isinstance(v, float) and v in (float("inf"), float("-inf")):
+            return f"{key} is {v}: it must be finite (an infinite epsilon or base trains nothing)"
+    return ""

@@ -6,6 +6,9 @@
 - A document whose aliases expand beyond ``MAX_NODES`` values is refused (``TooBig``, with the
   key under which it grows and the limit): a 1.2 KB anchor bomb is cheap to load (aliases are
   shared) but not to validate (jsonschema walks and compares every expanded value).
+- A document nested deeper than ``MAX_DEPTH`` levels is refused (``TooDeep``, with the key under
+  which it goes deep): walking it (here, in jsonschema, in ``json.dumps``) recurses once a level,
+  and 5,000 levels end in a RecursionError.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import yaml
 
 _BASE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where built: the same rules, faster
 MAX_NODES = 100_000   # values after alias expansion; the default matrix has a few thousand
+MAX_DEPTH = 100      # levels of nesting; the default matrix has 6
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
@@ -28,6 +32,13 @@ class TooBig(yaml.YAMLError):
         super().__init__(f"expands to more than {MAX_NODES} values through anchors and aliases "
                          f"(at least {nodes}): refused, the limit is {MAX_NODES}")
         self.where = where
+
+
+class TooDeep(TooBig):
+    def __init__(self, where: str, depth: int):
+        yaml.YAMLError.__init__(self, f"nested deeper than {MAX_DEPTH} levels (at least {depth}): refused, "
+                                      f"the limit is {MAX_DEPTH}")
+        self.where = where if len(where) <= 80 else where[:77] + "..."
 
 
 class StrictLoader(_BASE):
@@ -50,10 +61,31 @@ class StrictLoader(_BASE):
 
 
 def load(text: str):
-    """The document in ``text``: safe, no duplicate keys, bounded after alias expansion."""
-    doc = yaml.load(text, Loader=StrictLoader)
+    """The document in ``text``: safe, no duplicate keys, bounded in depth and after alias expansion."""
+    try:
+        doc = yaml.load(text, Loader=StrictLoader)
+    except RecursionError:
+        raise TooDeep("", MAX_DEPTH) from None
+    check_depth(doc)
     check_size(doc)
     return doc
+
+
+def check_depth(doc) -> None:
+    """Raise TooDeep naming the key under which ``doc`` nests past MAX_DEPTH levels (without recursing)."""
+    level, depth = [("", doc)], 0
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise TooDeep(level[0][0], depth)
+        nxt, seen = [], set()
+        for where, node in level:
+            items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+            for k, v in items:
+                if isinstance(v, (dict, list)) and id(v) not in seen:   # a shared alias is walked once a level
+                    seen.add(id(v))
+                    nxt.append((f"{where}[{k}]" if isinstance(node, list) else f"{where}.{k}".lstrip("."), v))
+        level = nxt
 
 
 def check_size(doc) -> None:

@@ -6,18 +6,16 @@ mapped and every setting ignored with its reason. The format is told from the ke
 order: torchtune's ``_component_`` builders, axolotl's ``base_model``/``micro_batch_size``/
 ``sequence_len``, LLaMA-Factory's ``finetuning_type``/``cutoff_len``/``template``/
 ``quantization_bit``, then TRL/transformers TrainingArguments), or named (``fmt``). JSON or YAML.
-A file that cannot be read, is not a mapping, or matches no format is a ConfigError naming the
-file and the reason. Torch-free.
+A file that cannot be read (read as the matrix is: bench/spec/trainconfig/reading.py), is not a
+mapping, matches no format, or sets a memory-relevant key to a value that cannot be what it
+means (recipe.py's ``Invalid``) is a ConfigError naming the file, the key and the reason. Torch-free.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import yaml
-
-from bench.spec.trainconfig import axolotl, hf, llamafactory, torchtune
-from bench.spec.trainconfig.recipe import Recipe
+from bench.spec.trainconfig import axolotl, hf, llamafactory, reading, torchtune
+from bench.spec.trainconfig.recipe import Invalid, Recipe
 
 FORMATS = {"torchtune": torchtune.read, "axolotl": axolotl.read, "llamafactory": llamafactory.read, "trl": hf.read}
 
@@ -43,16 +41,11 @@ def detect(doc: dict) -> str | None:
 
 
 def read(path, fmt: str | None = None) -> Recipe:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"--config {path}: cannot read it: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise ConfigError(f"--config {path}: malformed {'JSON' if path.suffix == '.json' else 'YAML'}: "
-                          f"{' '.join(str(exc).split())}") from None
+    path = Path(path).expanduser()
+    try:   # as the matrix is read: a bounded regular file, the strict safe loader (trainconfig/reading.py)
+        doc = reading.load(path, "--config")
+    except reading.ReadError as exc:
+        raise ConfigError(str(exc)) from None
     if not isinstance(doc, dict):
         raise ConfigError(f"--config {path}: a training config is a mapping of settings, not "
                           f"{type(doc).__name__}")
@@ -62,7 +55,10 @@ def read(path, fmt: str | None = None) -> Recipe:
                           f"(none of their keys); name the format with --format")
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt}: one of {', '.join(FORMATS)}")
-    recipe = FORMATS[fmt](doc, str(path))
+    try:
+        recipe = FORMATS[fmt](doc, str(path))
+    except Invalid as exc:   # a memory-relevant value that cannot be what the config means
+        raise ConfigError(f"--config {path}: {exc}") from None
     for key in PROCESS_KEYS:  # processes, where the config states them (accelerate/torchrun spellings)
         if isinstance(doc.get(key), int) and not isinstance(doc[key], bool) and doc[key] >= 1:
             recipe.ignored = [i for i in recipe.ignored if i["key"] != key]

@@ -13,6 +13,17 @@ from dataclasses import dataclass, field
 
 from bench.spec.techniques import lookup
 
+class Invalid(ValueError):
+    """A memory-relevant setting whose value cannot be what the config means (a batch "four", a
+    DeepSpeed file that cannot be read, ZeRO stage 7 or '3'): answering with a default would
+    answer another recipe, so the config is refused (exit 2) naming the key."""
+
+    def __init__(self, key: str, value, reason: str):
+        shown = repr(value) if isinstance(value, (str, int, float, bool)) else f"({type(value).__name__})"
+        super().__init__(f"{key}: {shown[:80]}: {reason}")
+        self.key = key
+
+
 # transformers' OptimizerNames / axolotl / LLaMA-Factory spellings -> the catalogue's optimizers
 OPTIMIZERS = {
     "adamw_torch": "adamw", "adamw_hf": "adamw", "adamw": "adamw", "torch.optim.adamw": "adamw",
@@ -47,10 +58,10 @@ class Recipe:
     ignored: list[dict] = field(default_factory=list)
 
     def took(self, key: str, value, became: str) -> None:
-        self.mapped.append({"key": key, "value": value, "as": became})
+        self.mapped.append({"key": key, "value": bounded(value), "as": became})
 
     def skip(self, key: str, value, reason: str) -> None:
-        item = {"key": key, "value": value, "reason": reason}
+        item = {"key": key, "value": bounded(value), "reason": reason}
         if item not in self.ignored:  # techniques() may be asked again: one entry per setting
             self.ignored.append(item)
 
@@ -134,11 +145,10 @@ class Recipe:
             if isinstance(value, str):
                 value = [v.strip() for v in value.split(",") if v.strip()]
             if not (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
-                self.skip(key, value, "not a list of module names")
-                return
-        elif isinstance(value, bool) or not isinstance(value, (int, float)):
-            self.skip(key, value, "not a number")
-            return
+                raise Invalid(key, value, "not a list of module names")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+                or value in (float("inf"), float("-inf")):
+            raise Invalid(key, value, "not a number")
         self.lora[option] = value
         self.took(key, value, f"technique_options.lora.{option}")
 
@@ -149,26 +159,36 @@ class Recipe:
 
 
 def ds_dist(doc, key: str, recipe: Recipe) -> None:
-    """A DeepSpeed config (a dict, or a path to its JSON) -> zero<stage>[-offload]."""
+    """A DeepSpeed config (a dict, or a path to its JSON, read as --config is: bounded, a regular
+    file) -> zero<stage>[-offload]. A file that cannot be read, a config that is no object, or a
+    stage that is not the integer 0-3 is ``Invalid``: the answer would be another recipe's."""
     import json
     from pathlib import Path
     cfg = doc
     if isinstance(doc, str):
-        path = Path(doc)
+        path = Path(doc).expanduser()
         if not path.is_absolute():
             path = Path(recipe.file).parent / path
+        from bench.spec.trainconfig.reading import ReadError, read_text
         try:
-            cfg = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            recipe.skip(key, doc, f"the DeepSpeed config cannot be read ({exc}): no ZeRO stage applied")
-            return
+            cfg = json.loads(read_text(path, "DeepSpeed config"))
+        except ReadError as exc:
+            raise Invalid(key, doc, str(exc)) from None
+        except ValueError as exc:
+            raise Invalid(key, doc, f"the DeepSpeed config {path} is not valid JSON: {' '.join(str(exc).split())}") \
+                from None
     if not isinstance(cfg, dict):
-        recipe.skip(key, doc, "not a DeepSpeed config object")
-        return
-    zero = cfg.get("zero_optimization") or {}
-    stage = zero.get("stage", 0) if isinstance(zero, dict) else 0
-    if stage not in (1, 2, 3):
-        recipe.skip(key, doc, f"ZeRO stage {stage}: nothing sharded")
+        raise Invalid(key, doc, "not a DeepSpeed config (a JSON object, or the path to one)")
+    zero = cfg.get("zero_optimization", {})
+    if zero is None:
+        zero = {}
+    if not isinstance(zero, dict):
+        raise Invalid(f"{key}.zero_optimization", zero, "not an object")
+    stage = zero.get("stage", 0)
+    if isinstance(stage, bool) or stage not in (0, 1, 2, 3) or not isinstance(stage, int):
+        raise Invalid(f"{key}.zero_optimization.stage", stage, "ZeRO's stage is the integer 0, 1, 2 or 3")
+    if stage == 0:
+        recipe.skip(key, doc, "ZeRO stage 0: nothing sharded")
         return
     offload = any(isinstance(zero.get(k), dict) and zero[k].get("device") in ("cpu", "nvme")
                   for k in ("offload_optimizer", "offload_param"))
@@ -177,13 +197,32 @@ def ds_dist(doc, key: str, recipe: Recipe) -> None:
     recipe.took(key, doc if isinstance(doc, str) else "(inline)", name)
 
 
+def bounded(value, limit: int = 200):
+    """``value`` as the answer echoes it: whole where short, else a short stand-in (a value that
+    aliases expand is never printed or dumped whole)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[: limit - 3] + "..."
+    import json
+    try:
+        text = json.dumps(value, default=str)
+    except (TypeError, ValueError, RecursionError):
+        text = None
+    if text is not None and len(text) <= limit:
+        return value
+    return f"({type(value).__name__} of {len(value) if hasattr(value, '__len__') else '?'} items)"
+
+
 def _true(value) -> bool:
     return value is True or str(value).strip().lower() in ("true", "auto", "1", "yes")
 
 
 def positive_int(recipe: Recipe, key: str, value) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        if value is not None:
-            recipe.skip(key, value, "not a positive integer")
+    """``value`` where it is a positive integer, None where unset; anything else is ``Invalid``
+    (a batch "four" is not batch 1, a sequence 256.5 is not the default 2048)."""
+    if value is None:
         return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise Invalid(key, value, "not a positive integer")
     return value
