@@ -50,7 +50,7 @@ def contract_details(sp, **given) -> dict:
         return dict(given)
     out = {"optimizer_state_dtypes": ["float32"], **loss_details(sp)}
     if sp["mode"] == "sim":
-        out.update(verdict_rule="fits: need <= 90%", verdict_reserve_bytes=576 * 2**20, verdict_notes={}, peers=[],
+        out.update(verdict_rule="fits: need <= 90%", verdict_reserve_bytes=verdict_rules.RESERVE_BYTES, verdict_notes={}, peers=[],
                    step_cost=SPEED_COST, speed_model={"a100-80g": dict(SPEED_ESTIMATE)})
         if sp["knobs"]["dist"]:
             out["zero_partitioning"] = f"analytic: {sp['knobs']['dist']} at world size {sp['world_size']}"
@@ -275,7 +275,7 @@ def answer(techs, gib: dict, verdicts: dict, speeds: dict, phases=None, reserved
     peak = sum(int(v) for v in nbytes.values())
     fields = {"verdicts": verdicts, "flops_per_step": 1e14, "params_total": 7_615_616_512,
               "modelled_reserved_peak_bytes": int((reserved_gib or peak / GIB * 1.05) * GIB),
-              "details": {"verdict_reserve_bytes": 576 * 2**20, "verdict_rule": RULE,
+              "details": {"verdict_reserve_bytes": verdict_rules.RESERVE_BYTES, "verdict_rule": RULE,
                           "speed_model": {g: speed(s) for g, s in speeds.items()},
                           "dtypes": dtypes or {"weights": ["float32"], "gradients": ["float32"],
                                                "optimizer_state": ["float32"]}}}
