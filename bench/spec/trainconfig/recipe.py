@@ -31,7 +31,7 @@ class Recipe:
     file: str
     format: str
     model: str | None = None
-    adapter: str | None = None          # lora | qlora
+    adapter: str | None = None          # lora | qlora | qlora-fp32 (fp32 embeddings, norms, LM head)
     lora_all: bool = False              # adapters on every linear layer
     precision: str | None = None        # bf16 | amp-bf16 | amp-fp16 | fp32
     optimizer: str | None = None        # a catalogue optimizer
@@ -73,7 +73,7 @@ class Recipe:
                 names.append("lora-all")
         if self.gc:
             names.append("gc")
-        if self.precision and not (self.adapter == "qlora" and self.precision == "fp32"):
+        if self.precision and not (self.adapter in ("qlora", "qlora-fp32") and self.precision == "fp32"):
             names.append(self.precision)
         # every trainer read here defaults to torch AdamW (transformers' adamw_torch), also under QLoRA,
         # whose catalogue default is the paged 8-bit AdamW of the QLoRA paper
