@@ -49,3 +49,19 @@ def test_trl_before_1_0_prepares_the_4bit_model_in_fp32():
     r = trainconfig.read(CONFIGS / "trl-zephyr-sft-qlora.yaml")  # alignment-handbook, torch_dtype: bfloat16
     assert r.format == "trl" and r.techniques() == ["qlora-fp32", "gc", "amp-bf16", "adamw"]
     assert any(m["key"] == "load_in_4bit" and "fp32" in m["as"] for m in r.mapped)
+
+
+def test_axolotl_qlora_keeps_its_extras_in_the_training_dtype():
+    # axolotl src/axolotl/loaders/model.py (ae7395e9), _configure_embedding_dtypes: prepare_model_for_kbit_training
+    # upcasts to fp32, then `should_convert` (adapter in lora/qlora -> needs_fa2_dtype) casts the embeddings and
+    # norms back to cfg.torch_dtype; the 4-bit base computes in cfg.torch_dtype (_set_quantization_config):
+    # bf16: true is 16-bit extras, the catalogue's qlora+bf16
+    r = trainconfig.read(CONFIGS / "axolotl-llama3-qlora.yml")
+    assert r.techniques()[:1] == ["qlora"] and "bf16" in r.techniques()
+
+
+def test_llamafactory_qlora_keeps_its_extras_in_the_compute_dtype():
+    # LLaMA-Factory model/model_utils/checkpointing.py, prepare_model_for_training: layernorms go to fp32 only
+    # under `upcast_layernorm` (ModelArguments default False); the model loads in the compute dtype (bf16: true)
+    (r := trainconfig.read(CONFIGS / "llamafactory-llama3-lora-sft.yaml"))
+    assert r.techniques() == ["lora", "lora-all", "bf16"]
