@@ -9,7 +9,7 @@ recipe (a stored record that passes the gate, else a simulation now; ``evaluate`
 single change fits, the changes are stacked in that order until one fits. Each hint carries its
 modelled memory (the modelled reserved peak; per rank for ZeRO), its speed cost (the speed
 model's step time against the asked recipe's, "modelled") and its provenance ("sim": the
-simulated step or search). Cheapest first: those that fit, least step time added first.
+simulated step or search). Those that fit first, in the order people try them (``RANKS``).
 
 For a recipe that fits, ``hints`` says what the next step up would use: the next batch and the
 next context past the largest that fit (the search's ``peak_at_next_*``). Torch-free.
@@ -134,13 +134,31 @@ def shape_hints(base: dict, gpu: str, cap: int) -> list[dict]:
                                              "that shape", "step_s": None,
                     "provenance": "sim (the recipe's search)", "source": base.get("fits_source")})
     top_s = _int(row.get("max_seq_at_batch1"))
-    if top_s and (top_s < seq or batch > 1):
-        out.append({"kind": "to-fit", "change": f"context {seq} -> {top_s} tokens at batch 1", "technique": base["technique"],
+    if top_s and top_s >= seq and out and top_b == 1:  # one hint: batch 1, and how long a context it takes
+        out[0]["change"] += f"; at batch 1 contexts up to {top_s} tokens fit"
+    elif top_s and (top_s < seq or batch > 1):
+        # issue 37: 4096 -> 7424 is longer, not "shorter samples": at batch 1 the context may grow
+        what, cost = (f"context {seq} -> {top_s} tokens at batch 1", "shorter samples (truncated or split)") \
+            if top_s < seq else (f"batch {batch} -> 1 (ga{batch} keeps the effective batch), which also takes contexts "
+                                 f"up to {top_s} tokens", f"{1 / batch:.0%} of the tokens per step at {seq} tokens")
+        out.append({"kind": "to-fit", "change": what, "technique": base["technique"],
                     "verdict": "fits", "fits": True, "need_bytes": _plus(row.get("peak_at_max_seq_bytes")),
                     "headroom_bytes": cap - _int(row["peak_at_max_seq_bytes"]) if row.get("peak_at_max_seq_bytes")
-                    else None, "speed_cost": "shorter samples (truncated or split); speed not modelled at that shape",
+                    else None, "speed_cost": f"{cost}; speed not modelled at that shape",
                     "step_s": None, "provenance": "sim (the recipe's search)", "source": base.get("fits_source")})
     return out
+
+
+# The order people try changes in (docs/fit.md, issue 37): the shape first, then settings of the
+# same run on one GPU, then another training method (QLoRA), then offload, then more GPUs; a
+# stacked hint ranks as its last change. Within a rank: those that fit first, least step time first.
+RANKS = (("batch ", 0), ("context ", 0), ("expandable", 1), ("gradient checkpointing", 1), ("bf16", 1),
+         ("8-bit", 1), ("QLoRA", 2), ("offload", 3), ("FSDP CPU offload", 3), ("GPUs", 4))
+
+
+def rank(change: str) -> int:
+    last = change.split(" + ")[-1]
+    return next((r for word, r in RANKS if last.startswith(word) or word in ("offload", "GPUs") and word in last), 5)
 
 
 def next_step(base: dict, gpu: str, cap: int) -> list[dict]:
@@ -181,6 +199,9 @@ def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict
         return []
     names = [n for n in base["technique"].split("+") if n != "baseline"]
     tried = changes(names)
+    if base.get("verdict") == "tight" and _valid(names + ["expandable-segments"]):
+        # tight: the allocations fit, the modelled reserve does not; fewer, growing segments may close that
+        tried.insert(0, ("expandable segments (+expandable-segments)", names + ["expandable-segments"]))
     out = shape_hints(base, gpu, cap)
     lines = evaluate([new for _, new in tried]) if tried else []
     out += [_hint(what, ln, base, gpu, cap) for (what, _), ln in zip(tried, lines)]
@@ -198,7 +219,7 @@ def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict
             out.append(_hint(" + ".join(what), line, base, gpu, cap))
             if line.get("verdict") == "fits":
                 break
-    out.sort(key=lambda h: (not h["fits"], h["step_s"] if h["step_s"] is not None else float("inf"),
+    out.sort(key=lambda h: (not h["fits"], rank(h["change"]), h["step_s"] if h["step_s"] is not None else float("inf"),
                             h["need_bytes"] or 0))
     return [dict(h, also_changes=h.get("also_changes")) for h in out]  # one set of keys for every hint
 
