@@ -36,6 +36,19 @@ def speed(rec: dict, gpu: str) -> str:
     return f"{est['step_s']:.2f} s/step, {est['tokens_per_s']:.0f} tokens/s ({speedcv.short(est.get('calibration'))})"
 
 
+def tight_line(rec: dict, need, profile: dict) -> str | None:
+    """What a tight verdict rests on, in its numbers (issue 37: "tight" read as a small overrun when
+    the need was 8.4 GiB over): the allocations fit, only the modelled reserve does not."""
+    alloc = rec.get("peak_bytes")
+    if not need or not isinstance(alloc, (int, float)):
+        return None
+    card, reserve = profile["memory_bytes"], verdicts.RESERVE_BYTES
+    return (f"tight: the step's allocations fit ({(alloc + reserve) / GiB:.2f} GiB with the CUDA reserve, of "
+            f"{card / GiB:.2f}); the allocator's modelled cache does not (need {need / GiB:.2f} GiB, "
+            f"{(need - card) / GiB:.2f} over): it runs only by releasing cached segments and retrying (slower), "
+            "and fragmentation may still end it out of memory")
+
+
 def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -> str:
     cap = verdicts.capacity(profile)
     out = [f"{model} on {gpu} ({profile.get('label', gpu)}): {profile['memory_bytes'] / GiB:.1f} GiB, "
@@ -64,7 +77,11 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
                 out.append(f"    {what}: {text}")
         if cli_format.rank_note(rec):
             out.append(f"    {cli_format.rank_note(rec)}")
+        if ln.get("verdict") == "tight" and (said := tight_line(rec, need, profile)):
+            out.append(f"    {said}")
         note = ((rec.get("details") or {}).get("verdict_notes") or {}).get(gpu)
+        if note and ln.get("verdict") != "fits" and note.startswith("fits, with paging"):
+            note = "with paging, if it runs" + note[len("fits, with paging"):]  # a tight row is not "fits"
         if note:  # fits with paging, oom while loading, no bf16 kernels: what the verdict rests on
             out.append(f"    {note}")
         out += [f"    {t}" for t in cli_format.vllm_lines(rec, gpu)]   # KV space, tokens, vLLM's error text
