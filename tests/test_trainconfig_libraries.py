@@ -65,3 +65,12 @@ def test_llamafactory_qlora_keeps_its_extras_in_the_compute_dtype():
     # under `upcast_layernorm` (ModelArguments default False); the model loads in the compute dtype (bf16: true)
     (r := trainconfig.read(CONFIGS / "llamafactory-llama3-lora-sft.yaml"))
     assert r.techniques() == ["lora", "lora-all", "bf16"]
+
+
+def test_trl_before_1_0_skips_the_preparation_of_a_sharded_4bit_model(tmp_path):
+    # TRL 0.19.1 sft_trainer.py:570-580: is_sharded_qlora (a Params4bit on cpu/meta: FSDP or ZeRO-3 loading)
+    # -> no prepare_model_for_kbit_training: the extras stay in torch_dtype (answer.ai's FSDP-QLoRA via TRL)
+    r = read(tmp_path, {"model_name_or_path": "meta-llama/Llama-3.1-70B", "load_in_4bit": True, "use_peft": True,
+                        "torch_dtype": "bfloat16", "bf16": True, "fsdp": "full_shard auto_wrap",
+                        "gradient_checkpointing": True, "num_processes": 2})
+    assert r.techniques()[0] == "qlora" and "fsdp" in r.techniques()

@@ -92,6 +92,13 @@ def read(doc: dict, file: str) -> Recipe:
             r.lora_setting(key, doc[key], option)
     # 16-bit weights only where the config loads them so (a LoRA base, or a 4-bit model's extras)
     used |= training_args(doc, r, extras_16bit if r.adapter in ("qlora", "qlora-fp32") else weights_16bit)
+    if r.adapter == "qlora-fp32" and weights_16bit and r.dist in ("fsdp", "zero3", "zero3-offload"):
+        # TRL < 1.0 skipped the preparation for a sharded 4-bit model (sft_trainer.py:570-580 in 0.19.1,
+        # is_sharded_qlora: FSDP / ZeRO-3 load it on cpu or meta): its extras stay in torch_dtype
+        r.adapter = "qlora"
+        r.mapped.append({"key": "load_in_4bit", "value": doc["load_in_4bit"],
+                         "as": f"qlora: sharded by {r.dist}, so TRL < 1.0 skipped prepare_model_for_kbit_training "
+                               "and the extras stay 16-bit"})
     for key in ("max_seq_length", "max_length"):
         if doc.get(key) is not None:
             used.add(key)
