@@ -160,7 +160,8 @@ def fit_columns(fits: pd.DataFrame | None, row, gpu: str) -> tuple[str, str]:
         if answer == "none":
             return "none fits"
         if answer == "bracketed":
-            return f"≥ {int(float(value)):,}{unit}, < {int(float(below)):,}{unit}" if below else f"≥ {int(float(value)):,}{unit}"
+            least = f"≥ {int(float(value)):,}{unit}"
+            return f"{least}, < {int(float(below)):,}{unit}" if below else least
         # a search row with no answer: the search was not made (a multi-GPU cell judged per rank,
         # a workload with no training step) or its simulation failed; the reason says which
         return f"no answer: {f.get('reason', '') or 'no reason given'}"

@@ -49,3 +49,24 @@ def test_the_report_says_no_speed_model_for_a_nan_speed():
     from report import recommend
     assert recommend._speed_text({"speed": float("nan")}, "sim") == "no speed model"
     assert recommend._speed_text({"speed": 1.5}, "sim") == "1.50 s (modelled)"
+
+
+def _row(technique, verdict, world=1, reason="", seq_fit=None):
+    rec = {"status": "ok", "peak_bytes": 10 * GiB, "modelled_reserved_peak_bytes": 20 * GiB, "batch_size": 1,
+           "seq_len": 2048, "world_size": world, "details": {"verdict_reserve_bytes": 768 * 2**20}}
+    fit = {"seq_answer": "fits", "max_seq_at_batch1": seq_fit, "batch_answer": "none", "reason": "",
+           "seq_len": 2048, "resolution_tokens": 256} if seq_fit else None
+    return {"technique": technique, "verdict": verdict, "record": rec, "fit": fit, "reason": reason}
+
+
+def test_the_default_answer_says_its_shape_groups_multi_gpu_rows_and_says_a_repeated_note_once():
+    """Issue 37, item 9: 16 rows, 10 repeating the same notes; multi-GPU rows mixed in; no shape."""
+    note = "oom while loading: the weights alone exceed the card"
+    lines = [_row("zero3+w8", "oom", world=8, reason=note), _row("baseline", "oom", reason=note),
+             _row("lora", "oom", reason=note), _row("qlora", "fits", seq_fit=2048)]
+    text = table.render(lines, "h100-80gb", H100, "qwen2.5-7b", best=True)
+    assert "need and verdict: one training step at batch 1 x 2048 tokens" in text
+    assert text.count(note) == 1 and "(as for baseline)" in text
+    rows = [ln.split()[0] for ln in text.splitlines() if ln.split() and ln.split()[0] in ("zero3+w8", "baseline", "lora")]
+    assert rows == ["baseline", "lora", "zero3+w8"] and "on several GPUs (need, speed and verdict per rank):" in text
+    assert "qlora: largest sequence at batch 1: 2048 tokens; headroom" in text and "no room for longer samples" in text
