@@ -74,3 +74,11 @@ def test_trl_before_1_0_skips_the_preparation_of_a_sharded_4bit_model(tmp_path):
                         "torch_dtype": "bfloat16", "bf16": True, "fsdp": "full_shard auto_wrap",
                         "gradient_checkpointing": True, "num_processes": 2})
     assert r.techniques()[0] == "qlora" and "fsdp" in r.techniques()
+
+
+def test_torchtune_qlora_builds_everything_in_its_dtype():
+    # torchtune recipes/lora_finetune_single_device.py, _setup_model: `with training.set_default_dtype(self._dtype),
+    # self._device: model = config.instantiate(cfg_model)`: the qlora_* builders quantize the base linears
+    # (quantize_base=True) and build the rest (embeddings, norms, output) in `dtype`: bf16 extras, no autocast
+    r = trainconfig.read(CONFIGS / "torchtune-llama3_1-8B_qlora_single_device.yaml")
+    assert r.techniques()[:3] == ["qlora", "gc", "bf16"]
