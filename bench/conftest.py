@@ -32,6 +32,31 @@ from bench.spec import matrix
 
 CELLS = pytest.StashKey[dict]()
 WHY = pytest.StashKey[str]()   # why collection failed, for the --cell-out record
+RECORDS = pytest.StashKey[list]()   # the records of the cells this session ran (test_cells.py)
+GiB = 2**30
+
+
+def memory_lines(records: list[dict]) -> list[str]:
+    """One line per cell: status, peak allocated, reserved (measured on cuda, modelled in sim) and the
+    verdict per GPU: what ``pytest bench -k zero3`` is run for (issue 37: it printed wall times only)."""
+    def gib(v):
+        return f"{v / GiB:.2f}" if isinstance(v, (int, float)) else "-"
+    out = []
+    for rec in records:
+        reserved = rec.get("reserved_peak_bytes") or rec.get("modelled_reserved_peak_bytes")
+        verdicts = ", ".join(f"{g} {v}" for g, v in sorted((rec.get("verdicts") or {}).items()))
+        out.append(f"{rec.get('cell', '?')}: {rec.get('status', '?')}, peak {gib(rec.get('peak_bytes'))} GiB, reserved "
+                   f"{gib(reserved)} GiB{' (modelled)' if not rec.get('reserved_peak_bytes') and reserved else ''}"
+                   + (f"; {verdicts}" if verdicts else ""))
+    return out
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    records = config.stash.get(RECORDS, [])
+    if records:
+        terminalreporter.section("memory per cell (the records; --benchmark-json keeps them whole)")
+        for line in memory_lines(records):
+            terminalreporter.write_line(line)
 
 
 def pytest_addoption(parser):
@@ -116,6 +141,12 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture
 def worker_log(request, cell_spec):
     return os.path.join(request.config.getoption("worker_logs"), f"{cell_spec['cell']}.worker.log")
+
+
+@pytest.fixture
+def cell_records(request) -> list:
+    """The session's list of cell records, for ``pytest_terminal_summary``."""
+    return request.config.stash.setdefault(RECORDS, [])
 
 
 @pytest.fixture

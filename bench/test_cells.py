@@ -11,9 +11,10 @@ from bench.records import checks
 from bench.runner import ranks
 
 
-def test_cell(cell_spec, worker_log, cell_runner, benchmark):
+def test_cell(cell_spec, worker_log, cell_runner, benchmark, cell_records):
     rec = benchmark.pedantic(cell_runner, args=(cell_spec, worker_log), rounds=1, iterations=1)
     benchmark.extra_info.update(rec)
+    cell_records.append(rec)  # the terminal summary's memory table (bench/conftest.py)
     benchmark.group = cell_spec["study"]
     if rec["status"] == "skipped":
         pytest.skip(rec["reason"])

@@ -2,6 +2,7 @@
 matrix key and link they name exists (tests/docs_check.py), and the short commands run."""
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -84,3 +85,48 @@ def test_ft_membench_help_runs(argv):
 def test_each_module_the_docs_run_answers_help(module):
     out = run("-m", module, "--help")
     assert out.returncode == 0 and "usage:" in out.stdout, out.stderr
+
+
+# --- figures the docs quote, checked against the tool (issue 37, item 11) ----------------------
+
+CELL_COUNT = re.compile(r"(\d+) cells(?: of `matrix/default\.yaml`)?:? \(?(\d+) cpu, (\d+) sim")
+SIM_CELLS = re.compile(r"the (\d+) sim cells alone")
+REFUSED = re.compile(r"`([a-z0-9][a-z0-9.+-]*\+[a-z0-9.+-]+)` is refused")
+
+
+def figure_problems(text: str) -> list[str]:
+    """Cell counts of the default matrix ("163 cells (68 cpu, 95 sim)", "the 95 sim cells alone") and
+    combinations said to be refused ("`qlora+fsdp` is refused"), against matrix.load() and the rules."""
+    from bench.spec import matrix
+    from bench.spec.techniques import knobs
+    cells = matrix.load()
+    counts = {m: sum(1 for c in cells.values() if c["mode"] == m) for m in ("cpu", "sim")}
+    out = [f"'{m.group(0)}': the default matrix has {len(cells)} cells ({counts['cpu']} cpu, {counts['sim']} sim)"
+           for m in CELL_COUNT.finditer(text)
+           if (int(m.group(1)), int(m.group(2)), int(m.group(3))) != (len(cells), counts["cpu"], counts["sim"])]
+    out += [f"'{m.group(0)}': the default matrix has {counts['sim']} sim cells" for m in SIM_CELLS.finditer(text)
+            if int(m.group(1)) != counts["sim"]]
+    for m in REFUSED.finditer(text):
+        try:
+            knobs(m.group(1).split("+"))
+            out.append(f"'{m.group(0)}': the rules accept {m.group(1)} (bench/spec/techniques.py)")
+        except (ValueError, KeyError):
+            pass
+    return out
+
+
+@pytest.mark.parametrize("doc", docs_check.doc_files(), ids=lambda p: p.name)
+def test_the_figures_a_doc_quotes_are_the_tools(doc):
+    problems = figure_problems(doc.read_text())
+    assert not problems, f"{doc.relative_to(docs_check.ROOT)} quotes figures the tool contradicts:\n" + "\n".join(problems)
+
+
+def test_the_figure_checks_catch_what_the_docs_once_said():
+    """What the newcomer found: 155 cells (66 cpu, 89 sim) beside the tool's 163, and qlora+fsdp
+    called refused while the tool runs it."""
+    said = ("runs every cell of `matrix/default.yaml` (155 cells: 66 cpu, 89 sim; ...). "
+            "`qlora+fsdp` is refused with the reason. `qlora+fsdp+adamw8bit` is refused.")
+    problems = figure_problems(said)
+    assert len(problems) == 2 and "163 cells (68 cpu, 95 sim)" in problems[0] and "accept qlora+fsdp" in problems[1]
+    assert figure_problems(docs_check.ROOT.joinpath("README.md").read_text()) == []
+    assert CELL_COUNT.search(docs_check.ROOT.joinpath("README.md").read_text())  # the README's count is checked

@@ -131,7 +131,7 @@ def test_torchtune_qlora_example():
 
 def test_trl_examples():
     r = trainconfig.read(CONFIGS / "trl-zephyr-sft-qlora.yaml")
-    assert r.format == "trl" and r.techniques() == ["qlora", "gc", "bf16", "adamw"]  # TrainingArguments' AdamW
+    assert r.format == "trl" and r.techniques() == ["qlora-fp32", "gc", "amp-bf16", "adamw"]  # as TRL runs it
     assert (r.batch, r.seq) == (4, 2048)
     assert trainconfig.read(CONFIGS / "trl-example-config.yaml").techniques() == ["baseline"]
 

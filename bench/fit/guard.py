@@ -180,7 +180,7 @@ def describe(q, hints: list[dict], warns: list[str], code: int, host_said: list[
     if q.recipe is not None:
         r = q.recipe
         out += [f"config {r.file} ({r.format}): {'+'.join(r.techniques())}, batch {q.batch or 1}, "
-                f"sequence {q.seq or 2048}" + (f", options {r.options()}" if r.options() else ""),
+                f"sequence {q.seq or 2048}" + (f", options {r.echo_options()}" if r.options() else ""),
                 "  mapped:"]
         out += [f"    {m['key']}: {m['value']} -> {m['as']}" for m in r.mapped]
         out += ["  ignored:"] + [f"    {i['key']}: {str(i['value'])[:40]}: {i['reason']}" for i in r.ignored]

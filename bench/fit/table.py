@@ -36,18 +36,53 @@ def speed(rec: dict, gpu: str) -> str:
     return f"{est['step_s']:.2f} s/step, {est['tokens_per_s']:.0f} tokens/s ({speedcv.short(est.get('calibration'))})"
 
 
+def tight_line(rec: dict, need, profile: dict) -> str | None:
+    """What a tight verdict rests on, in its numbers (issue 37: "tight" read as a small overrun when
+    the need was 8.4 GiB over): the allocations fit, only the modelled reserve does not."""
+    alloc = rec.get("peak_bytes")
+    if not need or not isinstance(alloc, (int, float)):
+        return None
+    card, reserve = profile["memory_bytes"], verdicts.RESERVE_BYTES
+    return (f"tight: the step's allocations fit ({(alloc + reserve) / GiB:.2f} GiB with the CUDA reserve, of "
+            f"{card / GiB:.2f}); the allocator's modelled cache does not (need {need / GiB:.2f} GiB, "
+            f"{(need - card) / GiB:.2f} over): it runs only by releasing cached segments and retrying (slower), "
+            "and fragmentation may still end it out of memory")
+
+
+def once(note: str, technique: str, said: dict) -> str:
+    """``note`` the first time; after that, a pointer to the row it was printed under."""
+    if note in said:
+        return f"(as for {said[note]})"
+    said[note] = technique
+    return note
+
+
+def shape_said(lines: list[dict]) -> list[str]:
+    """The shape the need and verdict are for (issue 37: the text never said it)."""
+    shapes = {(r.get("batch_size"), r.get("seq_len")) for ln in lines if (r := ln.get("record") or {}).get("seq_len")}
+    if len(shapes) != 1:
+        return []
+    (batch, seq), = shapes
+    return [f"need and verdict: one training step at batch {batch} x {seq} tokens"]
+
+
 def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -> str:
     cap = verdicts.capacity(profile)
     out = [f"{model} on {gpu} ({profile.get('label', gpu)}): {profile['memory_bytes'] / GiB:.1f} GiB, "
            f"{cap / GiB:.1f} GiB usable after the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB CUDA reserve",
            "simulated (fake tensors, counted as CUDA would allocate; reserved memory modelled), not measured on a GPU",
-           ""]
+           *shape_said(lines), ""]
+    # one-GPU recipes first, then those on several GPUs under their own heading (issue 37: mixed in)
+    lines = sorted(lines, key=lambda ln: ((ln.get("record") or {}).get("world_size") or 1) > 1)
+    noted: dict[str, str] = {}   # a note already printed under an earlier row: said once, then referred to
     tw = max([28] + [len(ln["technique"]) for ln in lines])  # a long combination never shifts the columns
     head = (f"{'technique':<{tw}} {'verdict':<8} {'need GiB':>9} {'card GiB':>8}  {'largest seq at batch 1':<47} "
             f"{'largest batch':<40} speed")
     out += [head, "-" * len(head)]
-    for ln in lines:
+    for i, ln in enumerate(lines):
         rec = ln.get("record") or {}
+        if (rec.get("world_size") or 1) > 1 and (i == 0 or ((lines[i - 1].get("record") or {}).get("world_size") or 1) == 1):
+            out.append("on several GPUs (need, speed and verdict per rank):")
         serving = bool((rec.get("details") or {}).get("vllm"))   # a vLLM plan: its line under the row says it
         need, lower = need_bytes(rec) if rec.get("status") == "ok" and not serving else (None, False)  # the report's
         row = ln.get("fit")
@@ -58,18 +93,22 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
                    f"{fitted(seq, 47)} "
                    f"{fitted(bat, 40)} {speed(rec, gpu)}")
         if ln.get("reason"):
-            out.append(f"    {ln['reason']}")
+            out.append(f"    {once(ln['reason'], ln['technique'], noted)}")
         for what, text, width in (("largest sequence", seq, 47), ("largest batch", bat, 40)):
             if len(text) > width and not (what == "largest batch" and text == seq):  # whole, never cut mid-word
                 out.append(f"    {what}: {text}")
         if cli_format.rank_note(rec):
             out.append(f"    {cli_format.rank_note(rec)}")
+        if ln.get("verdict") == "tight" and (said := tight_line(rec, need, profile)):
+            out.append(f"    {said}")
         note = ((rec.get("details") or {}).get("verdict_notes") or {}).get(gpu)
+        if note and ln.get("verdict") != "fits" and note.startswith("fits, with paging"):
+            note = "with paging, if it runs" + note[len("fits, with paging"):]  # a tight row is not "fits"
         if note:  # fits with paging, oom while loading, no bf16 kernels: what the verdict rests on
-            out.append(f"    {note}")
+            out.append(f"    {once(note, ln['technique'], noted)}")
         out += [f"    {t}" for t in cli_format.vllm_lines(rec, gpu)]   # KV space, tokens, vLLM's error text
         if hint := cli_format.precision_hint(rec, ln.get("verdict")):
-            out.append(f"    {hint}")
+            out.append(f"    {once(hint, ln['technique'], noted)}")
     out.append("")
     cal = next((est.get("calibration") for ln in lines
                 if (est := (((ln.get("record") or {}).get("details") or {}).get("speed_model") or {}).get(gpu))), None)
@@ -97,7 +136,11 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         for ln in good[:5]:
             row = ln.get("fit")
             reach = f"largest sequence at batch 1: {fits_csv.answer_text(row, 'seq')}" if row else "not searched"
-            out.append(f"  {ln['technique']}: {reach}; {speed(ln['record'], gpu)}")
+            need, _ = need_bytes(ln["record"])
+            room = f"; headroom {(profile['memory_bytes'] - need) / GiB:.2f} GiB" if need else ""
+            if row and str(row.get("max_seq_at_batch1")) == str(ln["record"].get("seq_len")):
+                room += " (the asked length is its longest: no room for longer samples)"  # the trade, said
+            out.append(f"  {ln['technique']}: {reach}{room}; {speed(ln['record'], gpu)}")
     return "\n".join(out)
 
 

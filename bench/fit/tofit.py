@@ -9,7 +9,7 @@ recipe (a stored record that passes the gate, else a simulation now; ``evaluate`
 single change fits, the changes are stacked in that order until one fits. Each hint carries its
 modelled memory (the modelled reserved peak; per rank for ZeRO), its speed cost (the speed
 model's step time against the asked recipe's, "modelled") and its provenance ("sim": the
-simulated step or search). Cheapest first: those that fit, least step time added first.
+simulated step or search). Those that fit first, in the order people try them (``RANKS``).
 
 For a recipe that fits, ``hints`` says what the next step up would use: the next batch and the
 next context past the largest that fit (the search's ``peak_at_next_*``). Torch-free.
@@ -113,9 +113,20 @@ def _hint(what: str, line: dict, base: dict, gpu: str, cap: int) -> dict:
             "fits": line.get("verdict") == "fits", "need_bytes": need,
             "saves_bytes": (_need(base) - need) if need is not None and _need(base) is not None else None,
             "headroom_bytes": cap + verdicts.RESERVE_BYTES - need if need is not None else None,
-            "speed_cost": f"{cost}; also changes {also}, which the modelled step time counts" if also else cost,
+            "speed_cost": _with_also(cost, also, _step(line, gpu)[0], _step(base, gpu)[0]),
             "also_changes": also, "step_s": _step(line, gpu)[0],
             "provenance": "sim (memory); modelled (speed)", "source": line.get("source")}
+
+
+def _with_also(cost: str, also: str | None, step, base_step) -> str:
+    """The speed cost, and where the change brings a dtype change with it, what the time owes to that
+    (issue 37: ZeRO-3 offload read 19% faster, from DeepSpeed's bf16 cast of the adapters, not the offload)."""
+    if not also:
+        return cost
+    if step is not None and base_step and step < base_step:
+        return (f"{cost}; faster only because it also changes {also} (which the modelled step time counts), "
+                "not for the change itself")
+    return f"{cost}; also changes {also}, which the modelled step time counts"
 
 
 def shape_hints(base: dict, gpu: str, cap: int) -> list[dict]:
@@ -134,13 +145,33 @@ def shape_hints(base: dict, gpu: str, cap: int) -> list[dict]:
                                              "that shape", "step_s": None,
                     "provenance": "sim (the recipe's search)", "source": base.get("fits_source")})
     top_s = _int(row.get("max_seq_at_batch1"))
-    if top_s and (top_s < seq or batch > 1):
-        out.append({"kind": "to-fit", "change": f"context {seq} -> {top_s} tokens at batch 1", "technique": base["technique"],
+    if top_s and top_s >= seq and out and top_b == 1:  # one hint: batch 1, and how long a context it takes
+        out[0]["change"] += f"; at batch 1 contexts up to {top_s} tokens fit"
+    elif top_s and (top_s < seq or batch > 1):
+        # issue 37: 4096 -> 7424 is longer, not "shorter samples": at batch 1 the context may grow
+        what, cost = (f"context {seq} -> {top_s} tokens at batch 1", "shorter samples (truncated or split)") \
+            if top_s < seq else (f"batch {batch} -> 1 (ga{batch} keeps the effective batch), which also takes contexts "
+                                 f"up to {top_s} tokens", f"{1 / batch:.0%} of the tokens per step at {seq} tokens")
+        out.append({"kind": "to-fit", "change": what, "technique": base["technique"],
                     "verdict": "fits", "fits": True, "need_bytes": _plus(row.get("peak_at_max_seq_bytes")),
                     "headroom_bytes": cap - _int(row["peak_at_max_seq_bytes"]) if row.get("peak_at_max_seq_bytes")
-                    else None, "speed_cost": "shorter samples (truncated or split); speed not modelled at that shape",
+                    else None, "speed_cost": f"{cost}; speed not modelled at that shape",
                     "step_s": None, "provenance": "sim (the recipe's search)", "source": base.get("fits_source")})
     return out
+
+
+# The order people try changes in (docs/fit.md, issue 37): the shape first, then settings of the
+# same run on one GPU, then another training method (QLoRA), then offload, then more GPUs; a
+# stacked hint ranks as its last change. Within a rank: those that fit first, least step time first.
+RANKS = (("batch ", 0), ("context ", 0), ("expandable", 1), ("gradient checkpointing", 1), ("bf16", 1),
+         ("8-bit", 1), ("QLoRA", 2), ("offload", 3), ("FSDP CPU offload", 3), ("GPUs", 4))
+
+
+def rank(change: str) -> float:
+    """``RANKS``' rank of a change (its last, where stacked); more GPUs: the fewest first."""
+    last = change.split(" + ")[-1]
+    r = next((r for word, r in RANKS if last.startswith(word) or word in ("offload", "GPUs") and word in last), 5)
+    return r + int(last.split()[0]) / 1000 if r == 4 and last.split()[0].isdigit() else r
 
 
 def next_step(base: dict, gpu: str, cap: int) -> list[dict]:
@@ -181,9 +212,19 @@ def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict
         return []
     names = [n for n in base["technique"].split("+") if n != "baseline"]
     tried = changes(names)
+    if base.get("verdict") == "tight" and _valid(names + ["expandable-segments"]):
+        # tight: the allocations fit, the modelled reserve does not; fewer, growing segments may close that
+        tried.insert(0, ("expandable segments (+expandable-segments)", names + ["expandable-segments"]))
     out = shape_hints(base, gpu, cap)
-    lines = evaluate([new for _, new in tried]) if tried else []
-    out += [_hint(what, ln, base, gpu, cap) for (what, _), ln in zip(tried, lines)]
+    # more GPUs: the most first; fewer shard less (per-rank memory only grows), so where the most do not
+    # fit they are not simulated (issue 37: ZeRO-3 on 2, 4 and 8 GPUs, all oom, cost 105-115 s)
+    multi = [t for t in tried if t[0].endswith("GPUs (ZeRO-3)")]
+    first = [t for t in tried if t not in multi] + multi[-1:]
+    done = list(zip(first, evaluate([new for _, new in first]))) if first else []
+    if multi[:-1] and done[-1][1].get("verdict") == "fits":
+        done += list(zip(multi[:-1], evaluate([new for _, new in multi[:-1]])))
+    lines = [ln for _, ln in done]
+    out += [_hint(what, ln, base, gpu, cap) for (what, _), ln in done]
     if tried and not any(h["fits"] for h in out[len(out) - len(lines):]):
         stacked, what = names, []
         for label, new in tried:  # stack the changes in order, until the recipe fits
@@ -198,7 +239,7 @@ def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict
             out.append(_hint(" + ".join(what), line, base, gpu, cap))
             if line.get("verdict") == "fits":
                 break
-    out.sort(key=lambda h: (not h["fits"], h["step_s"] if h["step_s"] is not None else float("inf"),
+    out.sort(key=lambda h: (not h["fits"], rank(h["change"]), h["step_s"] if h["step_s"] is not None else float("inf"),
                             h["need_bytes"] or 0))
     return [dict(h, also_changes=h.get("also_changes")) for h in out]  # one set of keys for every hint
 

@@ -23,7 +23,7 @@ import os
 import re
 from pathlib import Path
 
-from bench.spec.modelref import MODELS_DIR, REPO_ID, ModelError
+from bench.spec.modelref import MODELS_DIR, REPO_ID, ModelError, fetch_hint
 
 CONFIG = "config.json"
 HUB_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")   # the Hub's rules: ASCII, no '..' or '--', <= 96 chars
@@ -77,6 +77,21 @@ def offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hub's endpoint takes a connection within ``timeout`` s: where it does not, the
+    cache alone answers at once (issue 37: 24 s of huggingface_hub's retries came first)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+    url = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout).close()
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def ensure_config(text: str, trust_remote_code: bool = False) -> Path:
     """The cached config.json of the Hub id ``text`` (``org/name[@revision]``), fetched alone if
     it is not cached and the Hub may be asked. A ModelError names the id and the reason: not
@@ -100,8 +115,9 @@ def ensure_config(text: str, trust_remote_code: bool = False) -> Path:
                          f"repository id: {' '.join(str(exc).split())[:200]}") from None
     path = Path(cached) if isinstance(cached, str) else None
     if path is None:
+        local_only = offline() or not reachable()
         try:
-            path = Path(hf_hub_download(repo_id, CONFIG, revision=revision, local_files_only=offline()))
+            path = Path(hf_hub_download(repo_id, CONFIG, revision=revision, local_files_only=local_only))
         except GatedRepoError:
             raise ModelError(f"model {text}: a gated repository and this token has no access to it: accept its "
                              "licence on huggingface.co and log in (huggingface-cli login or HF_TOKEN)") from None
@@ -112,9 +128,8 @@ def ensure_config(text: str, trust_remote_code: bool = False) -> Path:
             raise ModelError(f"model {text}: no revision {revision!r} in that repository") from None
         except LocalEntryNotFoundError:
             why = "HF_HUB_OFFLINE is set" if offline() else "the Hub cannot be reached"
-            fetch = f"huggingface-cli download {repo_id} config.json" + (f" --revision {revision}" if revision else "")
             raise ModelError(f"model {text}: its config.json is not in the Hugging Face cache and {why} "
-                             f"(`{fetch}` fetches it alone)") from None
+                             f"({fetch_hint(repo_id, revision)})") from None
         except EntryNotFoundError:  # after its Local subclass
             raise ModelError(f"model {text}: the repository holds no config.json") from None
         except (OSError, ValueError) as exc:

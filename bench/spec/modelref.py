@@ -150,15 +150,31 @@ def _from_path(text: str, path: Path, trust: bool) -> Model:
     return _from_file(file, slug(name), str(file), trust)
 
 
+def fetch_hint(repo_id: str, revision: str | None = None) -> str:
+    """How to get a config.json answered here (issue 37): the Hub CLI that is installed (huggingface_hub
+    1.x ships ``hf``, older ones ``huggingface-cli``), for an ORG/NAME id only, or a path to the file."""
+    import shutil
+    import sys
+    path = "or pass the path of a config.json (or of its folder) as the model"
+    if "/" not in repo_id:
+        return f"{repo_id} is not a Hugging Face id (ORG/NAME): name a model of matrix/models, {path}"
+    cli = next((c for c in ("hf", "huggingface-cli")
+                if shutil.which(c) or (Path(sys.executable).parent / c).is_file()), None)
+    rev = f" --revision {revision}" if revision else ""
+    how = f"`{cli} download {repo_id} config.json{rev}`" if cli else \
+        f"`python -c \"import huggingface_hub as h; h.hf_hub_download('{repo_id}', 'config.json'" + \
+        (f", revision='{revision}'" if revision else "") + ")\"`"
+    return f"{how} fetches it alone, {path}"
+
+
 def _from_hf_cache(text: str, trust: bool, models_dir: Path) -> Model:
     repo_id, _, revision = text.partition("@")
     file = _hf_cached_config(repo_id, revision or "main")
     if file is None:
-        fetch = f"huggingface-cli download {repo_id} config.json" + (f" --revision {revision}" if revision else "")
         raise ModelError(f"model {text}: not a name in {models_dir} ({_known(models_dir)}), not a file or "
                          f"folder, and not in the local "
                          f"Hugging Face cache ({_hf_cache_dir()}; offline, nothing is downloaded: "
-                         f"`{fetch}` fetches it)")
+                         f"{fetch_hint(repo_id, revision)})")
     rev = file.parent.name
     return _from_file(file, slug(repo_id.split("/")[-1]), f"{repo_id}@{rev[:12]} (Hugging Face cache: {file})", trust)
 

@@ -61,9 +61,9 @@ def read(doc: dict, file: str) -> Recipe:
         r.gc = _true(doc["gradient_checkpointing"])
         r.took("gradient_checkpointing", doc["gradient_checkpointing"], "gc" if r.gc else "no gc")
     if _true(take("flash_attention")):
-        r.attention("flash_attention", "flash_attention_2")
+        r.attention("flash_attention", doc["flash_attention"], kind="flash_attention_2")
     if _true(take("xformers_attention")):
-        r.attention("xformers_attention", "xformers")
+        r.attention("xformers_attention", doc["xformers_attention"], kind="xformers")
     if take("deepspeed"):
         ds_dist(doc["deepspeed"], "deepspeed", r)
     if take("fsdp") or take("fsdp_config"):

@@ -1,6 +1,15 @@
 """TRL / transformers ``TrainingArguments`` configs (JSON or YAML; TRL's CLI ``--config``, the
 alignment-handbook recipes): SFTConfig/TrainingArguments keys and TRL's ModelConfig keys.
 
+Read as TRL runs them (issue 37): ``bf16: true`` is autocast (transformers' TrainingArguments sets
+``mixed_precision = "bf16"``, training_args.py:1618 in 5.23), never a cast of the weights; the
+weights are in the loading dtype, ``dtype`` (TRL >= 1.0; ModelConfig's default ``float32``,
+model_config.py:89 in 1.16) or ``torch_dtype`` (TRL < 1.0). Under ``load_in_4bit`` the weights
+bitsandbytes does not quantize (embeddings, norms, LM head) stay in that dtype in TRL 1.x, whose
+SFTTrainer calls no ``prepare_model_for_kbit_training``; TRL < 1.0 (the ``torch_dtype`` spelling)
+ran it (sft_trainer.py:581 in 0.19.1), which upcasts them to fp32 (peft's other.py:205-209):
+either way fp32 extras unless a TRL 1.x config loads in 16 bits (``qlora-fp32`` vs ``qlora``).
+
 ``training_args`` reads the TrainingArguments keys every HfArgumentParser-based tool shares
 (LLaMA-Factory reuses it); ``read`` adds TRL's model and PEFT keys. Torch-free.
 """
@@ -57,6 +66,9 @@ def read(doc: dict, file: str) -> Recipe:
         if key in doc:
             used.add(key)
             r.took(key, doc[key], "16-bit weights" if weights_16bit else "fp32 weights")
+    # TRL < 1.0 (``torch_dtype``; TRL 1.x spells it ``dtype``) prepared a 4-bit model with peft's
+    # prepare_model_for_kbit_training: every non-quantized weight upcast to fp32 whatever the dtype
+    extras_16bit = weights_16bit and "torch_dtype" not in doc
     peft = _true(doc.get("use_peft"))
     if "use_peft" in doc:
         used.add("use_peft")
@@ -65,8 +77,11 @@ def read(doc: dict, file: str) -> Recipe:
     if "load_in_4bit" in doc:
         used.add("load_in_4bit")
         if _true(doc["load_in_4bit"]):
-            r.adapter = "qlora"
-            r.took("load_in_4bit", doc["load_in_4bit"], "qlora (NF4 base weights)")
+            r.adapter = "qlora" if extras_16bit else "qlora-fp32"
+            extras = "16 bits (TRL 1.x keeps the loading dtype)" if extras_16bit else \
+                "fp32 (the loading dtype, or peft's prepare_model_for_kbit_training under TRL < 1.0)"
+            r.took("load_in_4bit", doc["load_in_4bit"],
+                   f"{r.adapter} (NF4 base weights; embeddings, norms and LM head in {extras})")
     if _true(doc.get("load_in_8bit")):
         used.add("load_in_8bit")
         r.skip("load_in_8bit", doc["load_in_8bit"], "LLM.int8 base weights are not a technique here")
@@ -75,7 +90,15 @@ def read(doc: dict, file: str) -> Recipe:
         if doc.get(key) is not None:
             used.add(key)
             r.lora_setting(key, doc[key], option)
-    used |= training_args(doc, r, weights_16bit or bool(r.adapter))
+    # 16-bit weights only where the config loads them so (a LoRA base, or a 4-bit model's extras)
+    used |= training_args(doc, r, extras_16bit if r.adapter in ("qlora", "qlora-fp32") else weights_16bit)
+    if r.adapter == "qlora-fp32" and weights_16bit and r.dist in ("fsdp", "zero3", "zero3-offload"):
+        # TRL < 1.0 skipped the preparation for a sharded 4-bit model (sft_trainer.py:570-580 in 0.19.1,
+        # is_sharded_qlora: FSDP / ZeRO-3 load it on cpu or meta): its extras stay in torch_dtype
+        r.adapter = "qlora"
+        r.mapped.append({"key": "load_in_4bit", "value": doc["load_in_4bit"],
+                         "as": f"qlora: sharded by {r.dist}, so TRL < 1.0 skipped prepare_model_for_kbit_training "
+                               "and the extras stay 16-bit"})
     for key in ("max_seq_length", "max_length"):
         if doc.get(key) is not None:
             used.add(key)

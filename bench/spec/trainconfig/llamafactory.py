@@ -46,7 +46,7 @@ def read(doc: dict, file: str) -> Recipe:
         key = "neat_packing" if _true(doc.get("neat_packing")) else "packing"
         r.took(key, doc[key], "packing")
     if doc.get("flash_attn") not in (None, "auto"):
-        r.attention("flash_attn", doc["flash_attn"].replace("fa2", "flash_attention_2"))
+        r.attention("flash_attn", doc["flash_attn"], kind=str(doc["flash_attn"]).replace("fa2", "flash_attention_2"))
     if "trust_remote_code" in doc:
         r.skip("trust_remote_code", doc["trust_remote_code"], "never taken from a config: pass --trust-remote-code "
                                                               "to run a model's own code")

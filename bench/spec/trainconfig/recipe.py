@@ -42,7 +42,7 @@ class Recipe:
     file: str
     format: str
     model: str | None = None
-    adapter: str | None = None          # lora | qlora
+    adapter: str | None = None          # lora | qlora | qlora-fp32 (fp32 embeddings, norms, LM head)
     lora_all: bool = False              # adapters on every linear layer
     precision: str | None = None        # bf16 | amp-bf16 | amp-fp16 | fp32
     optimizer: str | None = None        # a catalogue optimizer
@@ -84,7 +84,7 @@ class Recipe:
                 names.append("lora-all")
         if self.gc:
             names.append("gc")
-        if self.precision and not (self.adapter == "qlora" and self.precision == "fp32"):
+        if self.precision and not (self.adapter in ("qlora", "qlora-fp32") and self.precision == "fp32"):
             names.append(self.precision)
         # every trainer read here defaults to torch AdamW (transformers' adamw_torch), also under QLoRA,
         # whose catalogue default is the paged 8-bit AdamW of the QLoRA paper
@@ -125,8 +125,10 @@ class Recipe:
         base = yaml.load(DEFAULT_MATRIX.read_text(), Loader=SAFE_LOADER).get("technique_options", {}).get("lora", {})
         return {"lora": {**base, **self.lora}}
 
-    def attention(self, key: str, value) -> None:
-        text = str(value).strip().lower()
+    def attention(self, key: str, value, kind: str | None = None) -> None:
+        """``value`` as written (echoed so); ``kind``: the implementation it names, where the key is
+        a switch (axolotl's ``flash_attention: true`` is flash_attention_2)."""
+        text = str(kind or value).strip().lower()
         if text in ("eager",):
             self.extra.append("eager")
             self.took(key, value, "eager")
@@ -152,9 +154,17 @@ class Recipe:
         self.lora[option] = value
         self.took(key, value, f"technique_options.lora.{option}")
 
+    def echo_options(self) -> dict:
+        """``options()`` as the answer echoes them: with ``lora-all`` the adapters are on every linear
+        layer (the options' target_modules are not used), so that is what the echo says (issue 37)."""
+        opts = self.options()
+        if self.lora_all and opts:
+            opts = {**opts, "lora": {**opts["lora"], "target_modules": "all-linear (lora-all)"}}
+        return opts
+
     def as_dict(self) -> dict:
         return {"file": self.file, "format": self.format, "model": self.model, "techniques": self.techniques(),
-                "options": self.options(), "batch": self.batch, "seq": self.seq, "world": self.world,
+                "options": self.echo_options(), "batch": self.batch, "seq": self.seq, "world": self.world,
                 "mapped": self.mapped, "ignored": self.ignored}
 
 

@@ -1,0 +1,84 @@
+"""Each training-config mapping read as its library runs those keys (issue 37, item 2), with the
+library line it follows. The versions read: TRL 1.16.0 and 0.19.1 (the alignment-handbook's era,
+the ``torch_dtype`` spelling), transformers 5.23.0 and peft 0.21.2 (results/reference/constraints.txt)."""
+from __future__ import annotations
+
+import json
+
+from bench.spec import trainconfig
+from bench.spec.techniques import knobs
+from tests.test_fit_guard import CONFIGS
+
+
+def read(tmp_path, doc: dict):
+    (tmp_path / "args.json").write_text(json.dumps(doc))
+    return trainconfig.read(tmp_path / "args.json")
+
+
+def test_trl_bf16_is_autocast_not_bf16_weights(tmp_path):
+    # transformers 5.23 training_args.py:1618: `if self.bf16: self.mixed_precision = "bf16"` -> accelerate's
+    # autocast; TRL 1.16 model_config.py:89-90: ModelConfig.dtype defaults to "float32" (sft_trainer.py:545:
+    # "If `dtype` is not specified ... it defaults to `float32`"): a LoRA base with no dtype is fp32 under autocast
+    r = read(tmp_path, {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "use_peft": True, "bf16": True})
+    assert r.techniques() == ["lora", "amp-bf16"]
+    r = read(tmp_path, {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "use_peft": True, "bf16": True,
+                        "dtype": "bfloat16"})
+    assert r.techniques() == ["lora", "bf16"]  # loaded in bf16: the weights are 16-bit
+
+
+def test_trl_4bit_with_bf16_is_fp32_extras_under_autocast(tmp_path):
+    # TRL 1.16 trainer/utils.py:261-268 (get_quantization_config): bitsandbytes quantizes the linear layers only;
+    # the rest load in ModelConfig.dtype, float32 by default, and SFTTrainer 1.16 calls no
+    # prepare_model_for_kbit_training (sft_trainer.py:906-911 casts only the trainable adapters to bf16)
+    r = read(tmp_path, {"model_name_or_path": "Qwen/Qwen2.5-7B", "load_in_4bit": True, "use_peft": True,
+                        "bf16": True, "gradient_checkpointing": True, "lora_target_modules": "all-linear",
+                        "packing": True, "per_device_train_batch_size": 2, "max_length": 4096})
+    assert r.techniques() == ["qlora-fp32", "lora-all", "gc", "amp-bf16", "adamw", "packing"]
+    k = knobs(r.techniques())
+    assert (k["adapter"], k["kbit_extras"], k["precision"]) == ("qlora", "fp32", "amp-bf16")
+    # TRL 1.x loading in bf16 keeps the extras bf16 (no prepare call): the catalogue's qlora, 16-bit throughout
+    r = read(tmp_path, {"model_name_or_path": "Qwen/Qwen2.5-7B", "load_in_4bit": True, "use_peft": True,
+                        "bf16": True, "dtype": "bfloat16"})
+    assert r.techniques() == ["qlora", "bf16", "adamw"]
+
+
+def test_trl_before_1_0_prepares_the_4bit_model_in_fp32():
+    # TRL 0.19.1 sft_trainer.py:580-581: `if is_qlora and not is_sharded_qlora: model =
+    # self._prepare_model_for_kbit_training(model, args)`; peft 0.21.2 utils/other.py:205-209 casts every
+    # fp16/bf16 parameter but Params4bit to float32, whatever torch_dtype loaded them in
+    r = trainconfig.read(CONFIGS / "trl-zephyr-sft-qlora.yaml")  # alignment-handbook, torch_dtype: bfloat16
+    assert r.format == "trl" and r.techniques() == ["qlora-fp32", "gc", "amp-bf16", "adamw"]
+    assert any(m["key"] == "load_in_4bit" and "fp32" in m["as"] for m in r.mapped)
+
+
+def test_axolotl_qlora_keeps_its_extras_in_the_training_dtype():
+    # axolotl src/axolotl/loaders/model.py (ae7395e9), _configure_embedding_dtypes: prepare_model_for_kbit_training
+    # upcasts to fp32, then `should_convert` (adapter in lora/qlora -> needs_fa2_dtype) casts the embeddings and
+    # norms back to cfg.torch_dtype; the 4-bit base computes in cfg.torch_dtype (_set_quantization_config):
+    # bf16: true is 16-bit extras, the catalogue's qlora+bf16
+    r = trainconfig.read(CONFIGS / "axolotl-llama3-qlora.yml")
+    assert r.techniques()[:1] == ["qlora"] and "bf16" in r.techniques()
+
+
+def test_llamafactory_qlora_keeps_its_extras_in_the_compute_dtype():
+    # LLaMA-Factory model/model_utils/checkpointing.py, prepare_model_for_training: layernorms go to fp32 only
+    # under `upcast_layernorm` (ModelArguments default False); the model loads in the compute dtype (bf16: true)
+    (r := trainconfig.read(CONFIGS / "llamafactory-llama3-lora-sft.yaml"))
+    assert r.techniques() == ["lora", "lora-all", "bf16"]
+
+
+def test_trl_before_1_0_skips_the_preparation_of_a_sharded_4bit_model(tmp_path):
+    # TRL 0.19.1 sft_trainer.py:570-580: is_sharded_qlora (a Params4bit on cpu/meta: FSDP or ZeRO-3 loading)
+    # -> no prepare_model_for_kbit_training: the extras stay in torch_dtype (answer.ai's FSDP-QLoRA via TRL)
+    r = read(tmp_path, {"model_name_or_path": "meta-llama/Llama-3.1-70B", "load_in_4bit": True, "use_peft": True,
+                        "torch_dtype": "bfloat16", "bf16": True, "fsdp": "full_shard auto_wrap",
+                        "gradient_checkpointing": True, "num_processes": 2})
+    assert r.techniques()[0] == "qlora" and "fsdp" in r.techniques()
+
+
+def test_torchtune_qlora_builds_everything_in_its_dtype():
+    # torchtune recipes/lora_finetune_single_device.py, _setup_model: `with training.set_default_dtype(self._dtype),
+    # self._device: model = config.instantiate(cfg_model)`: the qlora_* builders quantize the base linears
+    # (quantize_base=True) and build the rest (embeddings, norms, output) in `dtype`: bf16 extras, no autocast
+    r = trainconfig.read(CONFIGS / "torchtune-llama3_1-8B_qlora_single_device.yaml")
+    assert r.techniques()[:3] == ["qlora", "gc", "bf16"]
