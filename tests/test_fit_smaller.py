@@ -18,7 +18,7 @@ def test_a_revision_answered_by_the_matrix_model_is_said_to_be_ignored():
 
 def test_an_uncached_revision_keeps_its_revision_in_the_fetch_command(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
-    with pytest.raises(modelref.ModelError, match="huggingface-cli download acme/tiny config.json --revision v9"):
+    with pytest.raises(modelref.ModelError, match=r"(hf|huggingface-cli) download acme/tiny config.json --revision v9"):
         modelref.resolve("acme/tiny@v9", check=False)
 
 
