@@ -133,3 +133,31 @@ def test_report_build_and_table_on_enospc(tmp_path, monkeypatch, capsys):
         f"report.build: error: cannot write {tmp_path}/out/r.html: No space left on device",
         f"report.table: error: cannot write {tmp_path}/out/t.csv: No space left on device"]
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def _kept(tmp_path, disk_logs):
+    from bench.runner import launch
+    out = tmp_path / "work" / "record.json"
+    out.parent.mkdir()
+    Path(f"{out}.trace.json.gz").write_bytes(os.urandom(100_000))   # bigger than the disk's room
+    rec = {"details": {}}
+    launch.keep_traces({"cell": CELL, "world_size": 1, "mode": "sim"}, out, rec, disk_logs / "logs" / "c.log")
+    return rec
+
+
+def test_a_trace_that_does_not_fit_is_not_kept_half(small_disk, tmp_path, capsys):
+    disk = small_disk(16 * 1024)
+    rec = _kept(tmp_path, disk)
+    assert "trace_file" not in rec["details"] and list((disk / "traces").iterdir()) == []
+    assert capsys.readouterr().err.strip() == (f"bench.runner: cannot keep {disk}/traces/{CELL}.json.gz: "
+                                               "No space left on device; the record is kept without it")
+
+
+def test_a_trace_cut_short_by_enospc_is_removed(tmp_path, monkeypatch, capsys):
+    def half(src, dst):
+        Path(dst).write_bytes(b"\x1f\x8b")   # the copy's first bytes, then the disk is full
+        _full()
+    monkeypatch.setattr("shutil.move", half)
+    rec = _kept(tmp_path, tmp_path)
+    assert "trace_file" not in rec["details"] and list((tmp_path / "traces").iterdir()) == []
+    assert "No space left on device; the record is kept without it" in capsys.readouterr().err
