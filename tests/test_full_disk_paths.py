@@ -161,3 +161,30 @@ def test_a_trace_cut_short_by_enospc_is_removed(tmp_path, monkeypatch, capsys):
     rec = _kept(tmp_path, tmp_path)
     assert "trace_file" not in rec["details"] and list((tmp_path / "traces").iterdir()) == []
     assert "No space left on device; the record is kept without it" in capsys.readouterr().err
+
+
+def test_a_failed_run_says_the_logs_that_name_enospc(tmp_path):
+    from bench.runner import fulldisk
+    logs = tmp_path / "logs" / "fits"
+    logs.mkdir(parents=True)
+    (logs / "a.log").write_text("Traceback ...\nbench.records.atomic.WriteError: cannot write results/fits/a.json: "
+                                "No space left on device\n\n")
+    (logs / "b.log").write_text("fine\n")
+    said = []
+    assert fulldisk.explain(tmp_path, said.append) == said == [
+        f"{logs}/a.log: bench.records.atomic.WriteError: cannot write results/fits/a.json: No space left on device"]
+
+
+def test_a_failed_run_on_a_full_disk_says_the_disk_is_full(small_disk):
+    from bench.runner import fulldisk
+    disk = small_disk(0)
+    (disk / "logs").mkdir()
+    said = []
+    fulldisk.explain(disk, said.append)
+    assert len(said) == 1 and said[0].startswith(f"{disk}: ") and "No space left on device" in said[0]
+
+
+def test_the_workflow_says_it_when_it_fails():
+    text = (Path(__file__).resolve().parent.parent / "Snakefile").read_text()
+    onerror = text.split("onerror:", 1)[1].split("\n\n", 1)[0]
+    assert 'fulldisk.explain("results")' in onerror
