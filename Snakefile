@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from bench.runner import simengine
+from bench.runner import fulldisk, simengine
 from bench.spec.matrix import DEFAULT_MATRIX, load
 from bench.runner.resources import FIT_JOBS, CellResources
 
@@ -57,6 +57,8 @@ onsuccess:
 
 onerror:
     simengine.stop(SIM_ENGINE.get("socket"))
+    # a full disk: the failed rules' logs are on it, so say their last words (ENOSPC, the path) here
+    fulldisk.explain("results")
 
 
 def spec_of(wildcards):

@@ -11,10 +11,13 @@ The ids come from bench.spec.matrix, the one loader: a bad matrix fails collecti
 file, key and reason before any cell runs.
 
 ``--cell ID --cell-out PATH`` is the per-cell job of the Snakefile: exactly that cell runs,
-and its pytest-benchmark JSON (the record in ``extra_info``) is moved to PATH atomically when
-the session ends. Whatever happened (a crash, an error record, a collection error), PATH
+and its pytest-benchmark JSON (the record in ``extra_info``), kept in memory (pytest-benchmark
+itself writes to os.devnull, so no temp file sits beside PATH), is written to PATH atomically
+when the session ends. Whatever happened (a crash, an error record, a collection error), PATH
 receives a record, and the exit status is 0 once it has: a failing cell is a row, and the
-workflow goes on. While it runs, a watchdog ends the job if the process that started it dies
+workflow goes on. A full disk: when the whole record does not fit, a small failure record saying
+so is written in its place; when nothing fits, one line on stderr names the path and the reason,
+and the exit status is 1 (no traceback, no partial file). While it runs, a watchdog ends the job if the process that started it dies
 (bench/runner/lifeline.py), so a killed Snakemake leaves no cell running beside later ones.
 """
 from __future__ import annotations
@@ -32,6 +35,7 @@ from bench.spec import matrix
 
 CELLS = pytest.StashKey[dict]()
 WHY = pytest.StashKey[str]()   # why collection failed, for the --cell-out record
+DOC = pytest.StashKey[dict]()  # pytest-benchmark's JSON document, kept in memory for --cell-out
 RECORDS = pytest.StashKey[list]()   # the records of the cells this session ran (test_cells.py)
 GiB = 2**30
 
@@ -87,8 +91,8 @@ def pytest_configure(config):
         Path(out).parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise pytest.UsageError(f"--cell-out {out}: cannot create its folder: {exc.strerror or exc}") from None
-    if not config.getoption("benchmark_json"):  # pytest-benchmark writes here; we move it to --cell-out
-        config.option.benchmark_json = Path(f"{out}.bench.tmp")
+    if not config.getoption("benchmark_json"):  # it must be set for the JSON to be made; we keep it in memory
+        config.option.benchmark_json = Path(os.devnull)   # (a file beside --cell-out was left on a full disk)
     lifeline.watch_parent()
 
 
@@ -165,31 +169,64 @@ def cell_runner(request):
     return run
 
 
+def pytest_benchmark_update_json(config, benchmarks, output_json):
+    """pytest-benchmark's document, before it writes it (to os.devnull under --cell-out)."""
+    config.stash[DOC] = output_json
+
+
 def pytest_sessionfinish(session, exitstatus):
-    """Runs after pytest-benchmark has written its JSON (its hook is a wrapper that saves first)."""
+    """Runs after pytest-benchmark has made its JSON (its hook is a wrapper that saves first)."""
     config = session.config
     out = config.getoption("cell_out")
     if out is None:
         return
     cell = config.getoption("cell")
-    tmp = Path(config.option.benchmark_json)
-    doc = usable(tmp, cell)
+    doc = usable(config.stash.get(DOC, None), cell)
     if doc is None:
         reason = f"pytest ended with exit status {int(exitstatus)} and left no benchmark record"
         if config.stash.get(WHY, None):   # the cause pytest printed, kept in the row (not only in the log)
             reason += f": the cell could not be collected: {config.stash[WHY]}"
-        spec = config.stash.get(CELLS, {}).get(cell)
-        rec = record.failure(spec, "error", reason) if spec else record.orphan(cell, reason)
-        doc = {"benchmarks": [{"name": f"test_cell[{cell}]", "extra_info": rec}]}
-    atomic.write_json(out, doc)
-    tmp.unlink(missing_ok=True)
-    session.exitstatus = 0
+        doc = failure_doc(config, cell, reason)
+    session.exitstatus = 0 if write_record(config, cell, out, doc) else 1
 
 
-def usable(path: Path, cell: str):
-    """pytest-benchmark's JSON at ``path`` if it holds ``cell``'s record, else None."""
+def failure_doc(config, cell: str, reason: str) -> dict:
+    spec = config.stash.get(CELLS, {}).get(cell)
+    rec = record.failure(spec, "error", reason) if spec else record.orphan(cell, reason)
+    return {"benchmarks": [{"name": f"test_cell[{cell}]", "extra_info": rec}]}
+
+
+def write_record(config, cell: str, out, doc: dict) -> bool:
+    """Write ``doc`` to ``out``; on a full disk a small failure record in its place; False (and one
+    line on stderr) when neither could be written. Never a traceback, never a partial file."""
     try:
-        doc = json.loads(path.read_text())
+        atomic.write_json(out, doc)
+        return True
+    except OSError as exc:   # atomic's WriteError: one line naming the path, no temp file left
+        first = exc
+    status = doc["benchmarks"][0]["extra_info"].get("status")
+    reason = f"the cell's {status} record could not be written: {first}"
+    try:
+        atomic.write_json(out, failure_doc(config, cell, reason))
+        say(f"bench: {first}; a failure record saying so was written instead")
+        return True
+    except OSError as exc:
+        say(f"bench: {exc}; cell {cell} has no record")
+        return False
+
+
+def say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:   # stderr is the rule log, on the same full disk
+        pass
+
+
+def usable(doc, cell: str):
+    """pytest-benchmark's document (made plain JSON) if it holds ``cell``'s record, else None."""
+    try:
+        from pytest_benchmark.utils import safe_dumps
+        doc = json.loads(safe_dumps(doc))
         return doc if doc["benchmarks"][0]["extra_info"]["cell"] == cell else None
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
+    except (ValueError, KeyError, IndexError, TypeError):
         return None

@@ -44,13 +44,22 @@ def _answers(folder: Path) -> dict:
         out[(p.where, "")] = {"verdict": f"unreadable: {p.message}", "need_gib": "", "max_seq": "", "max_batch": ""}
     fits = folder / "fits.csv"
     if fits.is_file():
-        with open(fits, newline="") as fh:
-            for r in csv.DictReader(fh):
-                a = out.setdefault((r["cell"], r["gpu"]), {"verdict": ABSENT, "need_gib": "", "max_seq": "",
-                                                            "max_batch": ""})
-                a["max_seq"] = _said(r.get("seq_answer"), r.get("max_seq_at_batch1"))
-                a["max_batch"] = _said(r.get("batch_answer"), r.get("max_batch_at_seq"))
+        try:
+            with open(fits, newline="", encoding="utf-8") as fh:
+                for r in csv.DictReader(fh):
+                    a = out.setdefault((r["cell"], r["gpu"]), {"verdict": ABSENT, "need_gib": "", "max_seq": "",
+                                                                "max_batch": ""})
+                    a["max_seq"] = _said(r.get("seq_answer"), r.get("max_seq_at_batch1"))
+                    a["max_batch"] = _said(r.get("batch_answer"), r.get("max_batch_at_seq"))
+        except UnicodeDecodeError as exc:   # the largest-shape answers cannot be compared: refused, not skipped
+            raise Unreadable(f"{fits}: not UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})") from None
+        except (OSError, csv.Error, KeyError, TypeError, ValueError) as exc:
+            raise Unreadable(f"{fits}: cannot be read as the fits table: {type(exc).__name__}: {exc}") from None
     return out
+
+
+class Unreadable(ValueError):
+    """A folder's fits.csv that cannot be read: one line naming the file and why."""
 
 
 def _said(answer, value) -> str:
@@ -105,7 +114,11 @@ def main(argv=None) -> int:
         if not (Path(folder) / "cells").is_dir():
             print(f"report.answers_moved: {folder}: no cells/ folder", file=sys.stderr)
             return 2
-    rows = moved(Path(args.old), Path(args.new))
+    try:
+        rows = moved(Path(args.old), Path(args.new))
+    except Unreadable as exc:
+        print(f"report.answers_moved: {exc}", file=sys.stderr)
+        return 2
     atomic.write_text(args.out, to_csv(rows))
     if args.markdown:
         atomic.write_text(args.markdown, to_markdown(rows, args.old, args.new))

@@ -155,7 +155,12 @@ def main(argv=None) -> int:
     except (TableError, FitsError) as exc:  # a cut or corrupt table must not become a report that looks whole
         print(f"report.build: error: {exc}", file=sys.stderr)
         return 2
-    atomic.write_text(args.out, render(df, fits=fits, published=published))
+    html = render(df, fits=fits, published=published)
+    try:
+        atomic.write_text(args.out, html)
+    except OSError as exc:  # a full disk: one line naming the file, no partial page (atomic.py)
+        print(f"report.build: error: {exc}", file=sys.stderr)
+        return 1
     print(f"{args.out}: {len(df)} cells", file=sys.stderr)
     return 0
 

@@ -228,7 +228,11 @@ def main(argv=None) -> int:
             print(f"report.table: error: {exc}", file=sys.stderr)
             return 2
     df = to_frame(load_records(args.paths, cells, args.matrix or "the matrix"))
-    write_csv(df, args.out)
+    try:
+        write_csv(df, args.out)
+    except OSError as exc:  # a full disk: one line naming the file, no partial table (atomic.py)
+        print(f"report.table: error: {exc}", file=sys.stderr)
+        return 1
     counts = ", ".join(f"{n} {s}" for s, n in df["status"].value_counts().items())
     print(f"{args.out}: {len(df)} rows ({counts})", file=sys.stderr)
     for start in ("record breaks the contract", "record does not match", "no results file", "unreadable results file"):

@@ -50,3 +50,16 @@ def test_a_broken_record_is_a_row_not_a_gap(tmp_path):
     rows = answers_moved.moved(old, new)
     assert any(r["verdict_new"].startswith("unreadable") for r in rows)
     assert GIB == 2**30
+
+
+def test_a_fits_table_that_is_not_utf8_is_refused_in_one_line(tmp_path, capsys):
+    old, _ = folder(tmp_path / "old", {"rtx-a6000": "oom"}, 0)
+    new, _ = folder(tmp_path / "new", {"rtx-a6000": "oom"}, 0)
+    (new / "fits.csv").write_bytes(b"cell,gpu\n\xff\xfe,t4\n")
+    assert answers_moved.main([str(old), str(new), "--out", str(tmp_path / "m.csv")]) == 2
+    assert capsys.readouterr().err.strip() == \
+        f"report.answers_moved: {new}/fits.csv: not UTF-8 (byte 0xff at offset 9)"
+    assert not (tmp_path / "m.csv").exists()
+    (new / "fits.csv").write_text("nothing,here\n1,2\n")
+    assert answers_moved.main([str(old), str(new), "--out", str(tmp_path / "m.csv")]) == 2
+    assert "fits.csv: cannot be read as the fits table: KeyError" in capsys.readouterr().err

@@ -31,7 +31,7 @@ def test_a_missing_cell_out_folder_is_created(tmp_path, monkeypatch):
     out = tmp_path / "new" / "deeper" / "c.json"
     config = _config(out)
     cells_conftest.pytest_configure(config)
-    assert out.parent.is_dir() and str(config.option.benchmark_json) == f"{out}.bench.tmp"
+    assert out.parent.is_dir() and str(config.option.benchmark_json) == os.devnull
 
 
 def test_an_uncreatable_cell_out_folder_is_a_usage_error(tmp_path, monkeypatch):

@@ -102,10 +102,22 @@ def keep_traces(spec: dict, out_path: Path, rec: dict, log_path) -> None:
                               (".snapshot.pickle", ".snapshot.pickle", "snapshot_file")):
         made = Path(f"{src}{suffix}")
         if made.is_file():
-            folder.mkdir(parents=True, exist_ok=True)
             dest = folder / f"{spec['cell']}{name}"
-            shutil.move(made, dest)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                shutil.move(made, dest)   # another file system: a copy, cut short by a full disk
+            except OSError as exc:   # no partial file; the record is kept without it, and says nothing false
+                dest.unlink(missing_ok=True)
+                _say(f"bench.runner: cannot keep {dest}: {exc.strerror or exc}; the record is kept without it")
+                continue
             rec["details"][key] = str(dest)
+
+
+def _say(line: str) -> None:
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:   # stderr is the rule log, on the same full disk
+        pass
 
 
 def worker_command(spec: dict, spec_path: Path, out_path: Path) -> list[str]:
