@@ -81,7 +81,7 @@ def parser() -> argparse.ArgumentParser:
                      help="the --config's format (default: told from its keys)")
     fit.add_argument("--gpu", required=True,
                      help=f"a GPU profile of matrix/gpus.yaml ({', '.join(fitcells.cuda_profiles())}), as typed "
-                          "(4090, 'RTX 4090', h100), or NxGPU for N of them (2xrtx-4090)")
+                          "in any case or as typed (4090, 'RTX 4090', h100), or NxGPU for N of them (2xrtx-4090)")
     fit.add_argument("--gpus", type=int, help="how many GPUs (default 1): sharding recipes run on that many ranks")
     fit.add_argument("--techniques", help="comma-separated, e.g. lora+gc+bf16,qlora+gc (default: the 7-8B study's)")
     fit.add_argument("--seq", type=int, help="sequence length (default 2048)")

@@ -166,7 +166,7 @@ def test_a_bad_config_is_bad_input(tmp_path):
 # --- the guard -------------------------------------------------------------------------------
 
 def test_does_not_fit_exits_1_with_hints_in_json(tmp_path):
-    proc = fit(["tiny-llama", "--gpu", "rtx-4090", "--techniques", "lora", "--seq", "2048", "--batch", "30",
+    proc = fit(["tiny-llama", "--gpu", "rtx-4090", "--techniques", "lora", "--seq", "2048", "--batch", "26",
                 "--no-search", "--json"], tmp_path)
     assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout)
