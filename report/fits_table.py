@@ -3,7 +3,7 @@
     python -m report.build results/table.csv --fits results/fits.csv --out results/report.html
 
 One row per (study, model, technique, gpu); the columns are ``COLUMNS`` (brief, interface B);
-``*_answer`` is fits | beyond | none | error (with ``reason``). A file without those columns,
+``*_answer`` is fits | beyond | none | bracketed (with ``*_below``) | error (with ``reason``). A file without those columns,
 or with another answer, is refused with the file, the column or row, and why.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ COLUMNS = ("study", "model", "technique", "gpu", "cell", "seq_len", "batch_size"
            "batch_limit", "max_seq_at_batch1", "seq_answer", "max_batch_at_seq", "batch_answer",
            "peak_at_max_seq_bytes", "peak_at_next_seq_bytes", "peak_at_max_batch_bytes", "peak_at_next_batch_bytes",
            "verdict_rule", "provenance")
-ANSWERS = ("fits", "beyond", "none", "error")
+ANSWERS = ("fits", "beyond", "none", "error", "bracketed")
 
 
 class FitsError(ValueError):

@@ -152,18 +152,21 @@ def fit_columns(fits: pd.DataFrame | None, row, gpu: str) -> tuple[str, str]:
         return "not searched", "not searched"
     f = hit.iloc[0]
 
-    def said(answer, value, limit, unit):
+    def said(answer, value, limit, unit, below=None):
         if answer == "fits":
             return f"{int(float(value)):,}{unit}"
         if answer == "beyond":
             return f"≥ {int(float(value or limit)):,}{unit} (limit searched)"
         if answer == "none":
             return "none fits"
+        if answer == "bracketed":
+            least = f"≥ {int(float(value)):,}{unit}"
+            return f"{least}, < {int(float(below)):,}{unit}" if below else least
         # a search row with no answer: the search was not made (a multi-GPU cell judged per rank,
         # a workload with no training step) or its simulation failed; the reason says which
         return f"no answer: {f.get('reason', '') or 'no reason given'}"
-    seq = said(f["seq_answer"], f["max_seq_at_batch1"], f["seq_limit"], " tokens")
-    batch = said(f["batch_answer"], f["max_batch_at_seq"], f["batch_limit"], "")
+    seq = said(f["seq_answer"], f["max_seq_at_batch1"], f["seq_limit"], " tokens", f.get("seq_below"))
+    batch = said(f["batch_answer"], f["max_batch_at_seq"], f["batch_limit"], "", f.get("batch_below"))
     if batch == seq and seq.startswith("no answer: "):  # one reason for both axes: said once
         batch = "no answer: as for the sequence"
     return seq, batch

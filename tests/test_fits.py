@@ -99,8 +99,9 @@ def tiny_spec(seq=512) -> dict:
 
 def test_an_axis_that_cannot_be_searched_leaves_the_other_answered():
     """Batch traces that are not one family (odd batches allocate once more) and a bisection
-    past the exact-search budget: the batch answer is an error with its reason, the sequence
-    answer still stands."""
+    past the exact-search budget: the batch answer is what the bisection knew when the budget ran
+    out (issue 37: a bracket, "at least 4, below 8"; before, an error row), the sequence answer
+    still stands."""
     from bench.estimate import replay
     spec = tiny_spec()
 
@@ -113,9 +114,11 @@ def test_an_axis_that_cannot_be_searched_leaves_the_other_answered():
     doc = fits.search(spec, simulate)
     assert set(doc["not_exact"]) == {"batch"}
     for r in doc["rows"]:
-        assert r["batch_answer"] == "error" and r["reason"].startswith("batch axis: interpolation not exact")
+        assert r["batch_answer"] in ("fits", "bracketed") and fits_csv.row_problems(r) == []
         assert r["seq_answer"] in ("fits", "beyond", "none") and "seq axis" not in r["reason"]
-        assert fits_csv.answer_text(r, "batch").startswith("not searched: batch axis")
+    bracketed = [r for r in doc["rows"] if r["batch_answer"] == "bracketed"]
+    assert bracketed and all(fits_csv.answer_text(r, "batch").startswith(
+        f"at least batch {r['max_batch_at_seq']} x 512 tokens, below batch {r['batch_below']}") for r in bracketed)
     assert {r["seq_answer"] for r in doc["rows"]} >= {"fits", "beyond"}
 
 
@@ -346,3 +349,40 @@ def test_fit_columns_hold_long_names_and_reasons():
     reason = "not searched: zero3 at world size 8: the verdict is an analytic per-rank partitioning"
     assert table.fitted(reason, 47).rstrip().endswith("(below)") and len(table.fitted(reason, 47)) == 47
     assert table.fitted("3840 tokens", 47) == f"{'3840 tokens':<47}"
+
+
+def test_a_search_that_ran_out_of_budget_reports_its_bracket():
+    """Issue 37: the newcomer's Mistral search simulated 11264 tokens (fits) and 12288 (does not),
+    then its budget ran out and the row said "not searched". The bracket is the answer."""
+    peaks = {k: k * 10 for k in range(1, 129)}  # monotone; cap 445 -> the largest that fits is 44
+    budget = {"left": 5}
+
+    def peak_at(k):
+        if k not in asked:
+            if budget["left"] == 0:
+                raise shapes.SearchError("seq axis: interpolation not exact (x) and an exact search needs more than 5")
+            budget["left"] -= 1
+            asked.append(k)
+        return peaks[k]
+    asked = []
+    got = fits._largest(peak_at, 128, {"g": 445})
+    lo, answer, hi = got["g"]
+    assert answer == "bracketed" and lo <= 44 < hi and peaks[lo] <= 445 < peaks[hi]
+    spec = matrix.load()["qwen2.5-7b__sim__lora"]
+    row = fits_csv.row(spec, "rtx-4090", {"seq_answer": "bracketed", "max_seq_at_batch1": 11264,
+                                          "seq_below": 12288, "batch_answer": "fits", "max_batch_at_seq": 2})
+    assert fits_csv.answer_text(row, "seq").startswith("at least 11264 tokens, below 12288 tokens")
+    assert fits_csv.row_problems(row) == []
+
+
+def test_progress_lines_of_an_exact_search_say_at_most():
+    """Issue 37: "simulation 7/7 ... the last one", then "8/8 ... the last one", up to 13/13."""
+    from bench.search.progress import Pace
+    said = []
+    pace = Pace(7, said.append, "x search")
+    for i in range(7):
+        pace.done(f"s{i}", 1.0)
+    pace.plan(pace.count + 6, at_most=True)
+    pace.done("s7", 1.0)
+    assert "simulation 7/7" in said[6] and "the last one planned" in said[6]  # a plan, not a promise
+    assert "simulation 8 of at most 13" in said[7] and "the last one" not in said[7]

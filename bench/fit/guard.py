@@ -115,6 +115,7 @@ def recipe_object(line: dict, gpu: str, cap: int, host_bytes: int | None = None)
         "peak_at_next_seq_bytes": _num(row.get("peak_at_next_seq_bytes")),
         "peak_at_next_batch_bytes": _num(row.get("peak_at_next_batch_bytes")),
         "seq_answer": row.get("seq_answer"), "batch_answer": row.get("batch_answer"),
+        "seq_below": _num(row.get("seq_below")), "batch_below": _num(row.get("batch_below")),
         "speed": ({"step_s": est.get("step_s"), "tokens_per_s_per_rank": est.get("tokens_per_s"),
                    "tokens_per_s_run": (est.get("tokens_per_s") or 0) * world, "provenance": "modelled"}
                   if est.get("step_s") is not None else None),

@@ -89,7 +89,8 @@ def not_searched(spec: dict, per_rank: bool = False, own_s: float | None = None)
 
 def _largest(peak_at, n: int, caps: dict[str, int]) -> dict[str, tuple]:
     """{gpu: (k or None, 'fits'|'beyond'|'none')}: the largest k in 1..n with peak_at(k) <= cap,
-    peaks being monotone in k; bisection per GPU over one shared cache of peaks."""
+    peaks being monotone in k; bisection per GPU over one shared cache of peaks; (k_fits,
+    'bracketed', k_not) where ``peak_at``'s budget ran out (SearchError) between the two."""
     seen: dict[int, int] = {}
 
     def at(k):
@@ -99,26 +100,33 @@ def _largest(peak_at, n: int, caps: dict[str, int]) -> dict[str, tuple]:
 
     out = {}
     for gpu, cap in sorted(caps.items(), key=lambda kv: kv[1]):
-        if at(1) > cap:
-            out[gpu] = (None, "none")
-            continue
-        lo = max(k for k, p in seen.items() if p <= cap)
-        above = [k for k, p in seen.items() if p > cap]
-        if not above:
-            if at(n) <= cap:
-                out[gpu] = (n, "beyond")
-                continue
-            above = [n]
-        hi = min(above)
-        lo = max([k for k, p in seen.items() if p <= cap and k < hi], default=lo)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if at(mid) <= cap:
-                lo = mid
-            else:
-                hi = mid
-        out[gpu] = (lo, "fits")
+        try:
+            out[gpu] = _bisect(at, seen, n, cap)
+        except SearchError:
+            # issue 37: a bracket found is the answer ("at least 11264, below 12288"), never nothing
+            lo = max((k for k, p in seen.items() if p <= cap), default=None)
+            hi = min((k for k, p in seen.items() if p > cap and (lo is None or k > lo)), default=None)
+            if lo is None or hi is None:
+                raise
+            out[gpu] = (lo, "bracketed", hi)
     return out
+
+
+def _bisect(at, seen: dict, n: int, cap: int) -> tuple:
+    if at(1) > cap:
+        return (None, "none")
+    above = [k for k, p in seen.items() if p > cap]
+    if not above and at(n) <= cap:
+        return (n, "beyond")
+    hi = min(above or [n])
+    lo = max(k for k, p in seen.items() if p <= cap and k < hi)  # 1 at least: at(1) <= cap < at(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if at(mid) <= cap:
+            lo = mid
+        else:
+            hi = mid
+    return (lo, "fits")
 
 
 def seq_points(study_seq: int, limit: int) -> list[int]:
@@ -235,11 +243,12 @@ def _evidence(shapes: Shapes, plan: dict, gpu: str, accum: int) -> dict:
     vals = {}
     for name in plan:  # an axis not in the plan stays "error" (its reason is the row's)
         answers, shape, n = plan[name]
-        k, answer = answers[gpu]
+        k, answer, *below = answers[gpu]
         unit = RESOLUTION_TOKENS if name == "seq" else accum
         vals[f"{name}_answer"] = answer
         vals["max_seq_at_batch1" if name == "seq" else "max_batch_at_seq"] = k * unit if k else None
-        nxt = k + 1 if k else 1
+        vals[f"{name}_below"] = below[0] * unit if below else None
+        nxt = below[0] if below else k + 1 if k else 1  # bracketed: the shape known not to fit
         vals[f"peak_at_max_{name}_bytes"] = shapes.peak(*shape(k), name) if k else None
         vals[f"peak_at_next_{name}_bytes"] = shapes.peak(*shape(nxt), name) if nxt <= n else None
     return vals
@@ -260,6 +269,7 @@ def _none_rows(spec: dict, gpus: dict, shapes: Shapes, t0: float) -> dict:
 def _budget(shapes: Shapes, name: str, budget: int = EXACT_BUDGET) -> None:
     """Full simulations instead of interpolation, at most ``budget`` more for this axis."""
     start = len(shapes.simulated)
+    shapes.pace.plan(shapes.pace.count + budget, at_most=True)
 
     def sim(batch, seq):  # the class's own trace, not an earlier axis's counted one: each axis its own budget
         return Shapes.trace(shapes, batch, seq)

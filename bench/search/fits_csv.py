@@ -21,13 +21,16 @@ SEQ_LIMIT = 131072
 BATCH_LIMIT = 256
 COLUMNS = ("study", "model", "technique", "gpu", "cell", "seq_len", "batch_size", "resolution_tokens",
            "seq_limit", "batch_limit", "max_seq_at_batch1", "seq_answer", "max_batch_at_seq", "batch_answer",
-           "peak_at_max_seq_bytes", "peak_at_next_seq_bytes", "peak_at_max_batch_bytes",
+           "seq_below", "batch_below", "peak_at_max_seq_bytes", "peak_at_next_seq_bytes", "peak_at_max_batch_bytes",
            "peak_at_next_batch_bytes", "verdict_rule", "provenance", "reason", "how", "inputs_sha256")
 RULE = ("fits: the modelled reserved peak (allocation trace replayed through bench/estimate/allocator.py's CUDA "
         f"caching-allocator model) <= GPU memory - {verdicts.RESERVE_BYTES // verdicts.MiB} MiB (bench/estimate/verdicts.py); "
         "peaks given are modelled reserved bytes")
+# bracketed: the exact search's budget ran out between a shape that fits (max_*) and one that
+# does not (*_below): "at least 11264 tokens, below 12288"
 ANSWER_WORDS = {"fits": "largest that fits", "beyond": "fits beyond the limit searched",
-                "none": "does not fit at batch 1 x {min} tokens", "error": "not searched"}
+                "none": "does not fit at batch 1 x {min} tokens", "error": "not searched",
+                "bracketed": "at least {value}, below {below}"}
 
 
 def seq_limit(spec: dict) -> int:
@@ -68,12 +71,16 @@ def answer_text(row: dict, axis: str) -> str:
     shape = f"{value} tokens" if axis == "seq" else f"batch {value} x {row['seq_len']} tokens"
     if ans == "beyond":
         return f"fits beyond the limit searched ({shape})"
+    if ans == "bracketed":
+        below = row.get(f"{axis}_below")
+        below = f"{below} tokens" if axis == "seq" else f"batch {below}"
+        return f"at least {shape}, below {below} (the search's budget ran out between them)"
     return shape
 
 
 COUNT_COLUMNS = ("seq_len", "batch_size", "resolution_tokens", "seq_limit", "batch_limit", "max_seq_at_batch1",
-                 "max_batch_at_seq", "peak_at_max_seq_bytes", "peak_at_next_seq_bytes", "peak_at_max_batch_bytes",
-                 "peak_at_next_batch_bytes")
+                 "max_batch_at_seq", "seq_below", "batch_below", "peak_at_max_seq_bytes", "peak_at_next_seq_bytes",
+                 "peak_at_max_batch_bytes", "peak_at_next_batch_bytes")
 AXES = {"seq": ("max_seq_at_batch1", "seq_limit", "peak_at_max_seq_bytes"),
         "batch": ("max_batch_at_seq", "batch_limit", "peak_at_max_batch_bytes")}
 
@@ -103,7 +110,11 @@ def row_problems(r: dict, capacity: int | None = None) -> list[str]:
             out.append(f"{axis}_answer {ans!r} is not one of {sorted(ANSWER_WORDS)}")
             continue
         value, lim, top = _count(r.get(col)), _count(r.get(limit)), _count(r.get(peak))
-        if ans not in ("fits", "beyond") or value is False or (value is None and ans == "beyond"):
+        if ans == "bracketed" and not (value and _count(r.get(f"{axis}_below")) and
+                                       _count(r.get(f"{axis}_below")) > value):
+            out.append(f"{axis}_answer 'bracketed' needs {col} below {axis}_below")
+            continue
+        if ans not in ("fits", "beyond", "bracketed") or value is False or (value is None and ans == "beyond"):
             continue
         if not value or lim is False or (lim and value > lim):
             out.append(f"{col} {r.get(col)!r} is not an answer within the row's own {limit} {r.get(limit)!r}")
