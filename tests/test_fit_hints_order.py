@@ -83,3 +83,12 @@ def test_fewer_gpus_are_not_simulated_where_the_most_do_not_fit():
     got = tofit.hints(base, "rtx-4090", {"memory_bytes": 24 * GiB, "kind": "cuda"}, fits_on_8)
     assert {"qlora+zero3+w2", "qlora+zero3+w4", "qlora+zero3+w8"} <= set(asked)  # the fewest that fit is asked
     assert [h["change"] for h in got if h["fits"]][:1] == ["4 GPUs (ZeRO-3)"]
+
+
+def test_a_bracketed_search_names_the_shape_known_not_to_fit():
+    base = _line("qlora+gc", "fits", 10, step_s=4.0)
+    base["fit"] = {"max_seq_at_batch1": 11264, "seq_below": 12288, "seq_answer": "bracketed",
+                   "peak_at_max_seq_bytes": 22 * GiB, "peak_at_next_seq_bytes": 24 * GiB}
+    [h] = tofit.next_step(base, "rtx-4090", 23 * GiB)
+    assert h["change"] == ("context 12288 tokens at batch 1 does not fit; 11264 does; between them not searched "
+                           "(the search's budget ran out)")

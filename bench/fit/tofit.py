@@ -194,7 +194,10 @@ def next_step(base: dict, gpu: str, cap: int) -> list[dict]:
                         "provenance": "sim (the recipe's search)", "source": base.get("fits_source")})
             continue
         step = 1 if axis == "batch" else fits_csv.RESOLUTION_TOKENS
-        out.append({"kind": "next-step", "change": f"next {axis} up: {value + step} {unit} (largest that fits: {value})",
+        below = _int(row.get(f"{'batch' if axis == 'batch' else 'seq'}_below"))
+        change = f"next {axis} up: {value + step} {unit} (largest that fits: {value})" if below is None else \
+            f"{axis} {below} {unit} does not fit; {value} does; between them not searched (the search's budget ran out)"
+        out.append({"kind": "next-step", "change": change,
                     "technique": base["technique"], "verdict": "does-not-fit" if need else "not searched", "fits": False,
                     "need_bytes": _plus(need), "headroom_bytes": cap - need if need else None,
                     "at_largest_bytes": _plus(row.get(peak)), "speed_cost": "-", "step_s": None,
