@@ -18,17 +18,20 @@ def section(df: pd.DataFrame, fits: pd.DataFrame | None = None) -> dict:
     items = []
     modes = set(df["mode"])
     if "cuda" not in modes:
-        items.append("No GPU measurement yet: every full-size number is simulated (fake tensors) and every "
-                     "speed shown is modelled; only the small CPU models were run for real.")
+        items.append("No GPU measurement in this run: every full-size number is simulated (fake tensors) and every "
+                     "speed shown is modelled; only the small CPU models were run for real (GPU runs: "
+                     "`ft-membench measure`, matrix/cuda-h200.yaml).")
     sim = df[df["mode"] == "sim"]
     reserves = {details(r).get("verdict_reserve_bytes") for _, r in sim.iterrows()} - {None}
     if reserves:
-        items.append("The CUDA context and cuBLAS workspaces are a fixed reserve of "
+        items.append("The CUDA context, cuBLAS workspaces and kernels are a fixed reserve of "
                      + " / ".join(f"{b / 2**20:.0f} MiB" for b in sorted(reserves) if isinstance(b, (int, float)))
-                     + " per card, not measured (it varies with driver and GPU by a few hundred MiB).")
+                     + " per card, for memory outside the caching allocator, measured on one H200 (742-758 MiB "
+                     "with NVML); it varies with driver and GPU.")
     if _any(df, lambda r: knobs(r).get("dist")):
-        items.append("NCCL communication buffers and DeepSpeed's bucket buffers of multi-GPU cells; "
-                     "ZeRO sharding in sim is worked out by formula (marked 'analytic').")
+        items.append("NCCL's device buffers, the communication streams' own allocator pools and DeepSpeed's "
+                     "bucket buffers of multi-GPU cells; FSDP2 cells are each rank's own traced step, ZeRO and "
+                     "FSDP offload are worked out by formula (marked 'analytic').")
     else:
         items.append("NCCL communication buffers (no multi-GPU cell in this run).")
     items.append("Other processes on the card (a display, a second job) and the memory nvidia-smi shows above "

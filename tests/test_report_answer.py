@@ -108,7 +108,7 @@ def test_sim_tables_never_say_measured_and_rows_carry_dtypes(df):
 
 def test_not_included_says_what_applies(df):
     lines = scope.section(df)["lines"]
-    assert any(t.startswith("No GPU measurement yet") for t in lines)
+    assert any(t.startswith("No GPU measurement in this run") for t in lines)
     assert any("NCCL" in t for t in lines) and any("not searched" in t for t in lines)
     assert not any("no speed model in these records" in t for t in lines)   # the 7B cells carry one
     assert not any("not searched" in t for t in scope.section(df, read_fits(FITS_CSV))["lines"])

@@ -12,38 +12,24 @@ against, two answers:
 - the largest batch at the study's sequence length that fits, on a grid of the technique's
   micro-batch count (1 unless gradient accumulation splits it) up to ``BATCH_LIMIT``.
 
-"Fits" is the verdict rule in force (bench/estimate/verdicts.py): the modelled reserved peak (the
-step's allocation trace replayed through the CUDA caching-allocator model) <= the GPU's memory
-minus the context reserve; a step whose reserved peak is over that is ``tight`` or ``oom``,
-not ``fits``. Each answer keeps its evidence: the modelled reserved peak at the answer and at
-the next grid step up. Past the limit the answer is ``beyond`` ("fits beyond the limit
-searched"); when even the smallest shape does not fit it is ``none`` ("does not fit at batch 1
-x 256 tokens").
-
-How it is fast and still exact: a shape is judged from its allocation trace, and the traces of
-one model x technique are one polynomial family in each axis (bench/estimate/interp.py): up to
-seven simulations (four lengths at batch 1, batches 2, 3 and 4 at the study's length; the cell's
-own record and trace reused when the cell has run; one length fewer where a line through
-lengths already at hand checks out, ``seq_axis``) give every shape's trace exactly, checked at a
-shape not used for the fit; each candidate shape is then one replay (well under a second) and
-one replay serves every GPU (bisection per GPU over a shared cache, peaks being monotone in
-either axis). Where the check fails the axis is searched by full simulations instead, within
-``EXACT_BUDGET`` simulations, and the row says which. Simulations run in the warm worker
-(bench/search/simpool.py): each in a fresh fork, byte-identical to the cell run alone.
+"Fits" is the verdict rule in force (bench/estimate/verdicts.py); each answer keeps its evidence
+(the modelled reserved peak at the answer and at the next grid step up); past the limit it is
+``beyond``, below the smallest shape ``none``; an exact search whose budget ran out between two
+shapes is ``bracketed`` (at least one, below the other). How it is fast and still exact: the
+traces of one model x technique are one polynomial family in each axis (bench/estimate/interp.py),
+so up to seven simulations give every shape's trace exactly, checked at a shape not used for the
+fit, and each candidate is one replay serving every GPU; where the check fails the axis is
+searched by full simulations within ``EXACT_BUDGET``. docs/fits.md says more.
 
 Not searched, each an ``error`` row with its reason: skipped cells, workloads other than
 training (generation and vLLM have their own planners), padded batches (their widths are
 drawn from a length distribution: no polynomial family).
 
-FSDP2 cells are simulated as their rank 0 runs them (bench/worker/sim/rankgroup.py): the trace
-is the rank's, searched as any single-process cell's (samples skip the single-process cross-check);
-the matrix leaves one whose own simulation took over ``RANK_SEARCH_S`` to the CLI. ZeRO and FSDP-offload cells are
-judged per rank by formula: their figure is the analytic per-rank partitioning of the
-single-process step's phase peaks plus its replay's fragmentation (bench/worker/sim/simulate.py),
-not one replayed trace, so no trace is interpolated: each shape the bisection asks for is a full
-simulation, at most ``DIST_BUDGET`` per axis (past it the axis is an error row saying so). That
-costs minutes per cell for a 70B model, so only ``search(..., per_rank=True)`` (the CLI) runs it;
-the matrix's searches give such cells an error row with the reason.
+FSDP2 cells are simulated as their rank 0 runs them (bench/worker/sim/rankgroup.py) and searched as
+any cell (samples skip the single-process cross-check); the matrix leaves one whose own simulation
+took over ``RANK_SEARCH_S`` to the CLI. ZeRO and FSDP-offload cells are partitioned by formula
+(no trace to interpolate): each shape a full simulation, at most ``DIST_BUDGET`` per axis, so only
+``search(..., per_rank=True)`` (the CLI) runs them; the matrix gives them an error row saying so.
 """
 from __future__ import annotations
 
@@ -350,7 +336,11 @@ def main(argv=None) -> int:
     if args.cell not in cells:
         print(f"bench.search.fits: unknown cell {args.cell!r} in {args.matrix}", file=sys.stderr)
         return 2
-    doc = run_cell(cells[args.cell], Path(args.out), Path(args.results), args.jobs)
+    try:
+        doc = run_cell(cells[args.cell], Path(args.out), Path(args.results), args.jobs)
+    except OSError as exc:  # a full disk or an unwritable folder: one line naming the path (atomic.py's words)
+        print(f"bench.search.fits: {exc}", file=sys.stderr)
+        return 1
     print(json.dumps({"cell": args.cell, "s": doc["s"], "simulated": len(doc["simulated"])}))
     return 0
 
