@@ -24,7 +24,10 @@ def cells(tmp_path, mode, techniques, gpus=("cpu",)):
 
 # -- the per-rank fits search: each shape one simulation, judged by the per-rank figure and the load ----
 def per_rank_spec(tmp_path):
-    spec = cells(tmp_path, "sim", ["qlora+fsdp+gc+w2"], gpus=("rtx-4090",))["tiny-llama__sim__qlora+fsdp+gc+w2"]
+    # partitioned by formula (FSDP2 with offload): searched by full simulations, and only when asked;
+    # an FSDP2 cell without offload is one rank's trace, searched as any other
+    spec = cells(tmp_path, "sim", ["qlora+fsdp-offload+gc+w2"],
+                 gpus=("rtx-4090",))["tiny-llama__sim__qlora+fsdp-offload+gc+w2"]
     spec["verdict_gpus"] = {f"g{m}": {"kind": "cuda", "memory_bytes": verdicts.RESERVE_BYTES + m * MiB}
                             for m in (100, 300, 3000)}
     return spec

@@ -13,7 +13,7 @@ STUDY = {"mode": "sim", "models": ["tiny-llama"], "gpus": ["l40s"], "techniques"
 
 
 def test_a_cpu_study_cannot_ask_for_more_real_ranks_than_the_machine_runs(tmp_path):
-    many = max(2, os.cpu_count() or 1) + 1
+    many = max(4, 2 * (os.cpu_count() or 1)) + 1
     path = write_matrix(tmp_path, {"c": {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"],
                                          "techniques": [f"zero3+w{many}"]}})
     with pytest.raises(matrix.MatrixError, match=f"studies.c.techniques: zero3\\+w{many}: {many} cpu ranks on a "

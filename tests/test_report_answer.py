@@ -187,6 +187,9 @@ def test_a_multi_gpu_recipe_that_does_not_fit_is_shown_not_dropped():
     group = next(g for g in section["groups"] if g["model"] == "llama-3.1-70b" and g["gpu"] == "2 x rtx-4090")
     rows = {r["technique"]: r for r in group["rows"]}
     assert rows["qlora+fsdp+gc+w2"]["verdict"] == "oom" and rows["qlora+fsdp-offload+gc+w2"]["verdict"] == "fits"
-    assert rows["qlora+fsdp+gc+w2"]["seq"].startswith("no answer: fsdp at world size 2: judged per rank")
-    # the one reason is said once, not again in the batch column
-    assert rows["qlora+fsdp+gc+w2"]["batch"] == "no answer: as for the sequence"
+    # the FSDP2 row is searched from its rank's own trace: nothing fits two 24 GB cards
+    assert rows["qlora+fsdp+gc+w2"]["seq"] == "none fits"
+    # the offload row is partitioned by formula and unsearched in the matrix: its one reason is said
+    # once, not again in the batch column
+    assert rows["qlora+fsdp-offload+gc+w2"]["seq"].startswith("no answer: fsdp-offload at world size 2")
+    assert rows["qlora+fsdp-offload+gc+w2"]["batch"] == "no answer: as for the sequence"

@@ -253,7 +253,7 @@ def _spec(ctx: dict, study: str, model: modelref.Model, gpu: str, names: list[st
         f"model {model.source}: " + why if (why := workloads.config_problem(model.config, knobs["seq_len"]
                                                                               or shape["seq_len"])) else "")
     bad = bad or (f"model {model.source}: " + why if (why := modelref.bounds_problem(model.config)) else "")
-    if mode == "cpu" and knobs["world_size"] > (cores := max(2, os.cpu_count() or 1)):   # real ranks, each a process
+    if mode == "cpu" and knobs["world_size"] > (cores := max(4, 2 * (os.cpu_count() or 1))):  # real ranks, each a process
         bad = (f"{knobs['world_size']} cpu ranks on a machine with {os.cpu_count()} cores: a cpu cell runs each rank "
                f"as a real process; at most {cores} here")
     if bad:
