@@ -32,7 +32,7 @@ def test_two_equal_folders_compare_complete_with_nothing_moved(tmp_path):
     assert sorted(r["cell"] for r in rows) == sorted(CELLS)
     assert all(r["moved"] == "False" and r["presence"] == "both" for r in rows)
     lora = next(r for r in rows if r["cell"] == SIM)
-    assert lora["peak_bytes_old"] == lora["peak_bytes_new"] == "51657855488" and lora["peak_bytes_change_pct"] == "0.0000"
+    assert lora["peak_bytes_old"] == lora["peak_bytes_new"] == "66214027776" and lora["peak_bytes_change_pct"] == "0.0000"
     assert lora["group"] == "sim-7b-8b"   # pytest-benchmark's default grouping: the benchmark group (study)
 
 
@@ -53,7 +53,7 @@ def test_a_verdict_change_is_highlighted_and_listed_first(tmp_path):
     code, page, rows = run(old, new, tmp_path / "out", "--fail-on-move")
     assert code == 1 and rows[0]["cell"] == SIM and rows[0]["moved"] == "True"
     assert rows[0]["verdict_changes"].startswith("a100-80gb: fits -> oom")
-    assert float(rows[0]["peak_bytes_change_pct"]) == pytest.approx(change_pct(51657855488, 51657855488 + 40 * 2**30))
+    assert float(rows[0]["peak_bytes_change_pct"]) == pytest.approx(change_pct(66214027776, 66214027776 + 40 * 2**30))
     assert '<span class="verdict-change">a100-80gb: fits → oom</span>' in page
     assert page.index("Moved beyond tolerance") < page.index(SIM) < page.index("Within tolerance")
 
