@@ -13,10 +13,12 @@ named, and held here to their size:
 - the device mesh's rank tensors (40 bytes at world size 2, 80 at 4): the real run makes its mesh inside the
   tracker, sim before it.
 
-With QLoRA, one more, which single-process QLoRA shows as well (sim against the cpu run, no
-FSDP): bitsandbytes' backward dequantizes each 4-bit weight to fp32 and casts it in sim, to the
-compute dtype at once on the CPU backend (transient: the peaks agree), and 144 bytes of the CPU
-backend's scalars.
+With QLoRA, two more: bitsandbytes' backward dequantizes each 4-bit weight to fp32 and casts it in
+sim, to the compute dtype at once on the CPU backend (transient, as single-process QLoRA shows);
+and the constant tables bitsandbytes lifts to tensors while the real run loads (the NF4 code
+twice, 64 B each, the nested quantization's dynamic map, 1 KiB, two 8-byte scalars: 1,168 B),
+which sim builds as real tensors before its fake mode and its tracker start (``fakestep``: real
+constants, so that fake ones do not leak into the process).
 
 The rank's own peak is above what the single-process partition by formula gives (the formula
 misses the reduce-scatter buffers and the unsharded gradients held beside them): the record keeps
@@ -35,12 +37,12 @@ CELLS = ["fsdp+w2", "fsdp+w4", "qlora+fsdp+w2"]
 GLOO_COPY_OP = "aten.split.Tensor"
 MESH_BYTES = 128
 SMALL = 4096
-QLORA_SCALARS = 144
+QLORA_CONSTANTS = 2 * 64 + 1024 + 2 * 8
 BNB_BACKWARD_OPS = {"bitsandbytes.dequantize_4bit.default", "aten._to_copy.default"}
 
 
 def tolerance(cell: str) -> int:
-    return MESH_BYTES + (QLORA_SCALARS if "qlora" in cell else 0)
+    return MESH_BYTES + (QLORA_CONSTANTS if "qlora" in cell else 0)
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +117,6 @@ def test_each_ranks_step_allocates_as_the_real_rank_does(pairs, cell):
     assert step_allocations(sim["_trace"], qlora=qlora) == step_allocations(real_trace, GLOO_COPY_OP, qlora=qlora)
 
 
-@pytest.mark.xfail(strict=False, reason="seen failing in the last full run of 2026-11-26 after the merges (cause not yet found): to fix next session")
 @pytest.mark.parametrize("cell", CELLS)
 def test_the_ranks_peak_and_breakdown_equal_the_real_ranks_but_for_gloos_copies(pairs, cell):
     real, sim = pairs[cell]
@@ -167,3 +168,11 @@ def test_qlora_quantization_state_stays_whole_on_every_rank(pairs):
     real, sim = pairs["qlora+fsdp+w2"]
     formula = sim["details"]["formula_cross_check"]
     assert formula["breakdown_bytes"]["parameters"] > 0 and real["status"] == "ok"
+
+
+def test_a_simulated_rank_leaves_the_process_environment_as_it_was(pairs):
+    """Sim's rank runs in the caller's process (the test process here, the warm engine's fork in a
+    workflow): it must not leave RANK/MASTER_PORT behind, or every real multi-rank cell launched from
+    that process later inherits one stale rendezvous port (two at once: EADDRINUSE)."""
+    import os
+    assert not {"RANK", "WORLD_SIZE", "MASTER_PORT"} & set(os.environ)

@@ -73,8 +73,8 @@ def wrap_fsdp(model, device, offload: bool = False, mesh=None):
     """FSDP2: each decoder layer and then the whole model fully sharded; ``offload``: with
     CPUOffloadPolicy (shards and their gradients in host memory, the optimizer steps there)."""
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
-    ensure_rank_env()
-    if not torch.distributed.is_initialized():
+    if not torch.distributed.is_initialized():  # sim's fake group is up already: its process's env stays as it was
+        ensure_rank_env()
         backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
         torch.distributed.init_process_group(backend)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
