@@ -63,3 +63,31 @@ def test_the_cli_refuses_a_bad_host_size_before_anything_runs(capsys):
     from bench.cli import main
     assert main(["fit", "tiny-llama", "--gpu", "rtx-4090", "--host-mem", "lots", "--json"]) == guard.BAD_INPUT
     assert "--host-mem" in capsys.readouterr().err
+
+
+def test_a_loads_host_need_covers_what_the_h200_run_held_while_loading():
+    """The H200's QLoRA load of Llama-3.2-1B (results/reference/cuda-h200) read its fp32 checkpoint
+    through host memory: 5.64 GB of host RSS at the load, against about 1.1 GB for a model built on
+    the GPU. The need for that load (the checkpoint as stored, read once, and the runtime) is not
+    under it, and not far over."""
+    from pathlib import Path
+    from bench.records import results
+    root = Path(__file__).resolve().parents[1] / "results" / "reference" / "cuda-h200"
+    rec = results.read(root, only="llama-3.2-1b__h200__qlora+gc").records["llama-3.2-1b__h200__qlora+gc"]
+    measured = rec["load_host_peak_rss_bytes"]
+    sim = {"status": "ok", "mode": "sim", "world_size": 1,
+           "details": {"load_phase": {"checkpoint_bytes": 4 * rec["params_total"]}}}  # the fp32 checkpoint it read
+    need = hostmem.need(sim, "h200")
+    assert need["phase"] == "load" and measured <= need["bytes"] <= 1.4 * measured
+
+
+def test_70b_fsdp_qlora_with_offload_needs_well_over_100_gb_of_host_memory():
+    """Users report 70B FSDP + QLoRA with CPU offload needing well over 100 GB of host RAM (issue 34):
+    the reference record's need says so, from rank 0's read of the bf16 checkpoint and the shards."""
+    from pathlib import Path
+    from bench.records import results
+    root = Path(__file__).resolve().parents[1] / "results" / "reference"
+    cell = "llama-3.1-70b__sim__qlora+fsdp-offload+gc+w2"
+    need = hostmem.need(results.read(root, only=cell).records[cell], "rtx-4090")
+    assert need["bytes"] > 100 * 10**9 and need["phase"] == "load"
+    assert hostmem.judge(need["bytes"], 128 * 10**9) == "oom"

@@ -10,10 +10,13 @@ All ranks of a cell are taken to share one node (the matrix's world sizes are 1-
 - ``runtime``: each process's own footprint (the interpreter, torch, the CUDA libraries,
   transformers): ``RUNTIME_BYTES`` a rank, the largest host peak RSS of the non-QLoRA cells of
   the H200 run (results/reference/cuda-h200: 1.47-1.71 GiB);
-- ``load``: what the load holds on the host at its peak: for a sharded cell its engine's placement
-  (bench/estimate/loadplan.py ``host_bytes``: rank 0's copy under FSDP's CPU-RAM-efficient load,
-  every rank's under ZeRO without zero.Init, the shards too under offload); a single process reads
-  the checkpoint lazily (transformers 5 maps it: page cache, reclaimable), so nothing is held;
+- ``load``: what the load holds on the host at its peak: the checkpoint as stored (unquantized, in
+  its config's dtype), once for every process that reads it, and the shards an offloading engine
+  keeps there: for a sharded cell its engine's placement (bench/estimate/loadplan.py
+  ``host_bytes``: rank 0 reads under FSDP's CPU-RAM-efficient load, every rank under ZeRO), for a
+  single process the one checkpoint. Measured on the H200 (results/reference/cuda-h200): a QLoRA
+  load's host RSS grew by the whole fp32 checkpoint it read (Llama-3.2-1B: 5.64 GB at load against
+  about 1.1 GB for a model built on the GPU), though the GPU got 4-bit weights;
 - ``offloaded``: what each rank keeps in host memory during the step (DeepSpeed and FSDP offload:
   parameter shards, gradients, optimizer states, ``details.offloaded_bytes``; pinned where the
   engine pins them, so not swappable), times the ranks;
@@ -22,7 +25,8 @@ All ranks of a cell are taken to share one node (the matrix's world sizes are 1-
 
 The need is the runtime plus the larger of the load and the step (offloaded + paged): the load's
 host copies are freed before the first step. Not included: the data loader and its workers, the
-page cache of the checkpoint files, the operating system.
+operating system. The checkpoint counts whole: a loader that reads one shard file at a time
+(answerdotai/fsdp_qlora) holds less, a lazy one whose pages the kernel reclaims under pressure too.
 """
 from __future__ import annotations
 
@@ -30,8 +34,9 @@ import re
 
 RUNTIME_BYTES = int(1.75 * 2**30)
 HOW = ("modelled: per node, all ranks on one: each process's runtime (1.75 GiB, the H200 run's host peak RSS), "
-       "plus the larger of the load's host copies (the engine's placement, bench/estimate/loadplan.py) and the "
-       "step's offloaded and paged-out bytes; the data loader and the checkpoint's page cache not included")
+       "plus the larger of the load's host bytes (the checkpoint as stored, once per process that reads it, and "
+       "the shards an offloading engine keeps: bench/estimate/loadplan.py) and the step's offloaded and paged-out "
+       "bytes; the data loader not included")
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
@@ -44,7 +49,7 @@ def need(rec: dict, gpu: str) -> dict | None:
         return None
     ranks = rec.get("world_size") or 1
     load = details.get("load_phase") or {}
-    placement = (load.get("placements") or {}).get(load.get("placement")) or {}
+    placement = (load.get("placements") or {}).get(load.get("placement")) or {"host_bytes": load.get("checkpoint_bytes")}
     offloaded = sum(v for v in (details.get("offloaded_bytes") or {}).values() if isinstance(v, int)) * ranks
     paged = int(((details.get("paging") or {}).get(gpu) or {}).get("paged_out_bytes") or 0) * ranks
     parts = {"runtime": RUNTIME_BYTES * ranks, "load": int(placement.get("host_bytes") or 0),

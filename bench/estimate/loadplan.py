@@ -27,8 +27,9 @@ each GPU holds then depends on how the libraries place the weights, not on the s
 
 The per-GPU figure is the weights a GPU holds at the load's peak plus, for ``same-device``,
 the other ranks' CUDA contexts; the caller's GPU capacity already leaves one context aside
-(bench/estimate/verdicts.py RESERVE_BYTES). Not modelled: the allocator's fragmentation during the load
-(each tensor is one block), NCCL's buffers, host memory beyond the weights.
+(bench/estimate/verdicts.py RESERVE_BYTES). The host figure is the checkpoint as stored, once per
+process that reads it, plus the shards an offloading engine keeps there. Not modelled: the
+allocator's fragmentation during the load (each tensor is one block), NCCL's buffers.
 """
 from __future__ import annotations
 
@@ -47,26 +48,31 @@ PLACEMENTS = {
 }
 
 
-def per_gpu_bytes(placement: str, weights: int, largest: int, unit: int, n: int) -> tuple[int, int]:
-    """(bytes on the most loaded GPU at the load's peak, host bytes on the node) for one placement."""
+def per_gpu_bytes(placement: str, weights: int, largest: int, unit: int, n: int,
+                  stored: int | None = None) -> tuple[int, int]:
+    """(bytes on the most loaded GPU at the load's peak, host bytes on the node) for one placement.
+    ``stored``: the checkpoint as stored (its dtype, not quantized; default ``weights``): each
+    process that reads it holds it in host memory while it loads (the H200 run: a QLoRA load's host
+    RSS grew by the whole fp32 checkpoint it read, though the GPU got 4-bit weights)."""
+    read = weights if stored is None else stored
     if placement == "full-per-rank":
-        return weights, n * weights
+        return weights, n * read
     if placement == "zero-init":
-        return -(-weights // n) + largest, n * weights
+        return -(-weights // n) + largest, n * read
     if placement == "fsdp-meta":
-        return -(-weights // n) + unit, weights
+        return -(-weights // n) + unit, read
     if placement == "fsdp-meta-offload":
-        return unit, 2 * weights
+        return unit, read + weights
     if placement == "same-device":
-        return n * weights + (n - 1) * verdicts.CUDA_CONTEXT_BYTES, n * weights
+        return n * weights + (n - 1) * verdicts.CUDA_CONTEXT_BYTES, n * read
     raise ValueError(f"unknown placement {placement!r}")
 
 
-def placements(weights: int, largest: int, unit: int, n: int, profiles: dict) -> dict:
+def placements(weights: int, largest: int, unit: int, n: int, profiles: dict, stored: int | None = None) -> dict:
     """Every placement's per-GPU bytes, host bytes and {gpu: "fits" | "oom while loading"}."""
     out = {}
     for name, how in PLACEMENTS.items():
-        gpu, host = per_gpu_bytes(name, weights, largest, unit, n)
+        gpu, host = per_gpu_bytes(name, weights, largest, unit, n, stored)
         out[name] = {"how": how, "gpu_bytes": gpu, "host_bytes": host,
                      "verdicts": {g: "fits" if gpu <= verdicts.capacity(p) else "oom while loading"
                                   for g, p in profiles.items()}}

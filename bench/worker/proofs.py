@@ -51,10 +51,19 @@ def _name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def param_numels(model) -> list[int]:
+    """``param_numel`` of every parameter of ``model``, in order; an FSDP2 shard of a 4-bit weight has
+    lost its quant state to the DTensor, so its unquantized size comes from its module, where
+    bitsandbytes keeps the state (a rank's QLoRA model counted 19.2B of Llama-3.1-70B's 70.6B)."""
+    held = {id(m.weight): torch.Size(m.quant_state.shape).numel() for m in model.modules()
+            if type(m).__name__ == "Linear4bit" and getattr(getattr(m, "quant_state", None), "shape", None) is not None}
+    return [held.get(id(p)) or param_numel(p) for p in model.parameters()]
+
+
 def collect(session) -> dict:
     model = session.model
     params = list(model.parameters())
-    numel = [param_numel(p) for p in params]
+    numel = param_numels(model)
     trainable = sum(n for n, p in zip(numel, params) if p.requires_grad)
     out = {
         "compute_dtype": session.compute_dtype,

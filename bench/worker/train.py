@@ -182,7 +182,7 @@ def train(spec: dict, device, tracker, sim=None) -> dict:
             build_peak = torch.cuda.max_memory_allocated()
             torch.cuda.reset_peak_memory_stats()
         params = list(session.model.parameters())
-        numel = [proofs.param_numel(p) for p in params]  # full sizes: ZeRO-3 placeholders, packed NF4
+        numel = proofs.param_numels(session.model)  # full sizes: ZeRO-3 placeholders, packed NF4, FSDP2's shards
         out["params_total"] = sum(numel)
         out["params_trainable"] = sum(n for n, p in zip(numel, params) if p.requires_grad)
         pads, widths = 0, []

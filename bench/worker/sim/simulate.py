@@ -150,6 +150,7 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
         out["verdicts"] = verdicts.from_replay(model, profiles)
         details["verdict_rule"] = verdicts.RULE
         details["load_phase"] = verdicts.load_phase(model, profiles, out.get("load_host_peak_rss_bytes"))
+        details["load_phase"]["checkpoint_bytes"] = checkpoint_bytes(spec, out["params_total"])
         loading = {g for g, v in details["load_phase"]["verdicts"].items() if v != "fits"}
         details["verdict_notes"].update({g: "; ".join(filter(None, (details["verdict_notes"].get(g),
                                          "oom while loading: the model does not fit on the card as it loads, "
@@ -225,6 +226,17 @@ ENGINE_PLACEMENT = {"zero3": "zero-init", "zero3-offload": "zero-init", "fsdp": 
                     "fsdp-offload": "fsdp-meta-offload"}
 
 
+def checkpoint_bytes(spec: dict, params_total: int) -> int:
+    """The model's checkpoint as stored: every weight, unquantized, in the config's ``torch_dtype``
+    (transformers' default fp32 where it names none). What a process that loads it reads through
+    host memory (bench/estimate/hostmem.py, loadplan.py)."""
+    import json
+    from pathlib import Path
+    raw = json.loads(Path(spec["model_config"]).read_text())
+    size = {"float32": 4, "float16": 2, "bfloat16": 2}.get(raw.get("torch_dtype") or raw.get("dtype"), 4)
+    return params_total * size
+
+
 def multi_process_load(model, spec: dict, replayed: dict, profiles: dict, units: list, out: dict) -> dict:
     """The load phase of a ZeRO/FSDP cell per rank (bench/estimate/loadplan.py): every placement's bytes
     and verdicts at the cell's world size, and the one the cell's engine uses as launched by
@@ -235,9 +247,11 @@ def multi_process_load(model, spec: dict, replayed: dict, profiles: dict, units:
     largest = max((p.numel() * p.element_size() for p in model.parameters()), default=0)
     unit = max((pb for pb, _ in units[1:-1]), default=0)  # one decoder layer
     n, dist = spec["world_size"], spec["knobs"]["dist"]
-    plans = loadplan.placements(weights, largest, unit, n, profiles)
+    stored = checkpoint_bytes(spec, out["params_total"])
+    plans = loadplan.placements(weights, largest, unit, n, profiles, stored)
     chosen = ENGINE_PLACEMENT.get(dist, "full-per-rank")
     return {"placement": chosen, "how": loadplan.PLACEMENTS[chosen], "weights_bytes": weights,
+            "checkpoint_bytes": stored,
             "largest_param_bytes": largest, "unit_bytes": unit, "world_size": n,
             "verdicts": plans[chosen]["verdicts"], "placements": plans, "provenance": loadplan.PROVENANCE,
             "single_process": verdicts.load_phase(replayed, profiles, out.get("load_host_peak_rss_bytes"))}
