@@ -80,8 +80,8 @@ def parser() -> argparse.ArgumentParser:
     fit.add_argument("--format", choices=["trl", "axolotl", "llamafactory", "torchtune"],
                      help="the --config's format (default: told from its keys)")
     fit.add_argument("--gpu", required=True,
-                     help=f"a GPU profile of matrix/gpus.yaml ({', '.join(fitcells.cuda_profiles())}), as typed "
-                          "in any case or as typed (4090, 'RTX 4090', h100), or NxGPU for N of them (2xrtx-4090)")
+                     help=f"a GPU profile of matrix/gpus.yaml ({', '.join(fitcells.cuda_profiles())}) in any case, "
+                          "or as people type it (4090, 'RTX 4090', h100), or NxGPU for N of them (2xrtx-4090)")
     fit.add_argument("--gpus", type=int, help="how many GPUs (default 1): sharding recipes run on that many ranks")
     fit.add_argument("--techniques", help="comma-separated, e.g. lora+gc+bf16,qlora+gc (default: the 7-8B study's)")
     fit.add_argument("--seq", type=int, help="sequence length (default 2048)")
@@ -116,25 +116,19 @@ def parser() -> argparse.ArgumentParser:
 
 
 def measure_main(args, techniques, say) -> int:
-    """``ft-membench measure`` (bench/fit/measure.py)."""
+    """``ft-membench measure`` (bench/fit/measure.py); bad input is ``main``'s, as for fit."""
     from bench.fit import measure
-    try:
-        q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
-                              args.trust_remote_code)
-        gpu, _ = fitgpus.resolve(args.gpu, fitcells.cuda_profiles(), None)
-        chosen = fitcells.canonical_techniques(q.techniques or fitcells.default_techniques())[0]
-        cells = {m: fitcells.specs(q.model, gpu, chosen, q.seq, q.batch, q.options, args.trust_remote_code, mode=m)
-                 for m in ("sim", "cuda")}
-    except fitinput.Usage as exc:
-        if args.json:
-            print(json.dumps({"error": str(exc), "exit_code": guard.BAD_INPUT}))
-        print(f"ft-membench: {exc}", file=sys.stderr)
-        return guard.BAD_INPUT
+    q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
+                          args.trust_remote_code)
+    gpu, _ = fitgpus.resolve(args.gpu, fitcells.cuda_profiles(), None)
+    chosen = fitcells.canonical_techniques(q.techniques or fitcells.default_techniques())[0]
+    cells = {m: fitcells.specs(q.model, gpu, chosen, q.seq, q.batch, q.options, args.trust_remote_code, mode=m)
+             for m in ("sim", "cuda")}
     predicted = answer(cells["sim"], gpu, Path(args.results), search=False, say=say)
-    got = measure.run(cells["sim"], cells["cuda"], predicted, gpu, Path(args.results), say=say)
+    got = measure.run(cells["cuda"], predicted, gpu, Path(args.results), say=say)
     code = guard.OK if all(c["measured"]["status"] in ("ok", "oom") for c in got) else guard.NO_FIT
     if args.json:
-        print(json.dumps({"exit_code": code, "gpu": gpu, "recipes": [{k: v for k, v in c.items() if k != "spec"}
+        print(json.dumps({"exit_code": code, "gpu": gpu, "recipes": [{k: v for k, v in c.items() if k != "record"}
                                                                       for c in got]}, indent=1))
     else:
         print(measure.render(got, Path(args.results)))

@@ -35,7 +35,7 @@ from bench.runner import launch
 GIB = 2**30
 
 
-def run(sim_cells: dict, cuda_cells: dict, predicted: list[dict], gpu: str, results: Path, say=print) -> list[dict]:
+def run(cuda_cells: dict, predicted: list[dict], gpu: str, results: Path, say=print) -> list[dict]:
     """One comparison per recipe (``compare``), each cuda cell run here and its record written."""
     by_recipe = {"+".join(s["techniques"]): s for s in cuda_cells.values()}
     folder = Path(results) / "measured"
@@ -75,7 +75,7 @@ def compare(line: dict, rec: dict, gpu: str) -> dict:
                  "reserved_peak_bytes": pred.get("modelled_reserved_peak_bytes"), "need_bytes": need,
                  "engine": (pred.get("versions") or {}).get("ft_membench_engine"), "provenance": pred.get("provenance")}
     ran = measured["status"] in ("ok", "oom")
-    return {"technique": line["technique"], "cell": rec.get("cell"), "gpu": gpu, "spec": rec,
+    return {"technique": line["technique"], "cell": rec.get("cell"), "gpu": gpu, "record": rec,
             "predicted": predicted, "measured": measured,
             "errors": {k: _err(predicted[k], measured[k]) for k in ("allocated_peak_bytes", "reserved_peak_bytes")},
             "verdict_agrees": (predicted["verdict"] in ("fits", "tight")) == (measured["status"] == "ok") if ran else None}
@@ -83,7 +83,7 @@ def compare(line: dict, rec: dict, gpu: str) -> dict:
 
 def corpus_rows(c: dict) -> list[dict]:
     """The measurement as corpus rows (matrix/published/corpus.schema.json), allocated and reserved."""
-    rec, m, p = c["spec"], c["measured"], c["predicted"]
+    rec, m, p = c["record"], c["measured"], c["predicted"]
     if m["status"] != "ok":
         return []
     rows = []
