@@ -26,12 +26,6 @@ STUDIES = {"ampere-datacenter": ("sim-torchtune-3b", "a100-80gb"), "ada": ("sim-
 NOT_FITTED = {"bf16+adamw-fused+padding", "qlora+bf16+packing+compile+chunked-ce+gc+act-offload"}
 
 
-# The stored figures (bench/estimate/speedcv.py, in the engine digest) were computed before the
-# 2026-11-26 rebuild changed the torchtune QLoRA row's recipe; recomputed from the rebuilt records
-# the RTX 4090 errors are -1.3%, -11.9%, +15.7%, within half a point of them. They are refreshed
-# with the next rebuild; until then the check allows that drift.
-REFRESH_DRIFT = 0.006
-
 def test_loo_of_rows_with_one_ratio_is_exact():
     rows = [(1.0, 2.0, 0.0), (3.0, 6.0, 0.0), (0.5, 1.0, 0.0)]
     assert speedcv.fit(rows) == pytest.approx(0.5)
@@ -91,7 +85,7 @@ def test_stored_figures_are_the_reference_records_figures():
     rows = _reference_rows()
     for cls, got in rows.items():
         assert speedcv.fit(got) == pytest.approx(speedmodel.EFFICIENCY[cls][0], abs=0.005)
-        assert speedcv.loo(got) == pytest.approx(list(speedcv.LOO[cls]), abs=max(speedcv.TOLERANCE, REFRESH_DRIFT)), cls
+        assert speedcv.loo(got) == pytest.approx(list(speedcv.LOO[cls]), abs=speedcv.TOLERANCE), cls
     for pair, errs in speedcv.transfer(rows).items():
-        assert errs == pytest.approx(list(speedcv.TRANSFER[pair]), abs=max(speedcv.TOLERANCE, REFRESH_DRIFT)), pair
+        assert errs == pytest.approx(list(speedcv.TRANSFER[pair]), abs=speedcv.TOLERANCE), pair
     assert all(math.isfinite(e) for errs in speedcv.TRANSFER.values() for e in errs)
