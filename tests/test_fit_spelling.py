@@ -32,7 +32,7 @@ def test_the_fit_question_is_the_matrix_cell_whatever_the_order():
     assert list(both) == list(stored)  # one cell, asked once
 
 
-def test_the_command_says_which_spelling_it_answers_for(monkeypatch, capsys, tmp_path):
+def _asked(monkeypatch, capsys, tmp_path, *argv) -> tuple[list[str], str]:
     seen = {}
 
     def answer(specs, gpu, results, **kw):
@@ -40,10 +40,14 @@ def test_the_command_says_which_spelling_it_answers_for(monkeypatch, capsys, tmp
         return [{"technique": "+".join(s["techniques"]), "cell": c, "verdict": "oom", "record": None}
                 for c, s in specs.items()]
     monkeypatch.setattr(cli, "answer", answer)
-    cli.main(["fit", "llama-3.1-70b", "--gpu", "rtx-4090", "--techniques", "fsdp+qlora+gc+w2", "--no-hints",
-              "--results", str(tmp_path)])
-    assert list(seen) == ["llama-3.1-70b__sim__qlora+fsdp+gc+w2"]
-    assert "fsdp+qlora+gc+w2 is the recipe qlora+fsdp+gc+w2" in capsys.readouterr().err
+    cli.main(["fit", "llama-3.1-70b", *argv, "--no-hints", "--results", str(tmp_path)])
+    return list(seen), capsys.readouterr().err
+
+
+def test_the_command_says_which_spelling_it_answers_for(monkeypatch, capsys, tmp_path):
+    seen, err = _asked(monkeypatch, capsys, tmp_path, "--gpu", "rtx-4090", "--techniques", "fsdp+qlora+gc+w2")
+    assert seen == ["llama-3.1-70b__sim__qlora+fsdp+gc+w2"]
+    assert "fsdp+qlora+gc+w2 is the recipe qlora+fsdp+gc+w2" in err
 
 
 KNOWN = ["h100-80gb", "h200", "a100-80gb", "a100-40gb", "l40s", "rtx-a6000", "rtx-4090", "rtx-3090", "t4"]
@@ -66,18 +70,6 @@ def test_an_ambiguous_or_unknown_gpu_is_refused_with_the_choices(capsys, tmp_pat
     assert "pick one" in capsys.readouterr().err
     assert cli.main([*ask, "--gpu", "rtx-4090", "--gpus", "2"]) == 2  # lora shards nothing
     assert "shards nothing" in capsys.readouterr().err
-
-
-def _asked(monkeypatch, capsys, tmp_path, *argv) -> tuple[list[str], str]:
-    seen = {}
-
-    def answer(specs, gpu, results, **kw):
-        seen.update(specs)
-        return [{"technique": "+".join(s["techniques"]), "cell": c, "verdict": "oom", "record": None}
-                for c, s in specs.items()]
-    monkeypatch.setattr(cli, "answer", answer)
-    cli.main(["fit", "llama-3.1-70b", *argv, "--no-hints", "--results", str(tmp_path)])
-    return list(seen), capsys.readouterr().err
 
 
 def test_gpus_counted_by_a_flag(monkeypatch, capsys, tmp_path):
