@@ -82,12 +82,15 @@ def test_a_loads_host_need_covers_what_the_h200_run_held_while_loading():
 
 
 def test_70b_fsdp_qlora_with_offload_needs_well_over_100_gb_of_host_memory():
-    """Users report 70B FSDP + QLoRA with CPU offload needing well over 100 GB of host RAM (issue 34):
-    the reference record's need says so, from rank 0's read of the bf16 checkpoint and the shards."""
+    """Users report 70B FSDP + QLoRA with CPU offload needing well over 100 GB of host RAM (issue 34);
+    axolotl's maintainer, training 70B FSDP + QLoRA on 2 x RTX 4090: "Needs somewhere between
+    125GB-250GB system/CPU RAM. it crashed with exitcode -9 @ 125GB RAM" (axolotl PR #1742, comment of
+    2024-07-13; without offload our rank does not fit a 4090, so the offload cell is the run). The
+    reference record's need says so, from rank 0's read of the bf16 checkpoint and the shards."""
     from pathlib import Path
     from bench.records import results
     root = Path(__file__).resolve().parents[1] / "results" / "reference"
     cell = "llama-3.1-70b__sim__qlora+fsdp-offload+gc+w2"
     need = hostmem.need(results.read(root, only=cell).records[cell], "rtx-4090")
-    assert need["bytes"] > 100 * 10**9 and need["phase"] == "load"
+    assert 125 * 10**9 < need["bytes"] <= 250 * 10**9 and need["phase"] == "load"
     assert hostmem.judge(need["bytes"], 128 * 10**9) == "oom"
