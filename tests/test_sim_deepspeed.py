@@ -1,5 +1,5 @@
 """Sim's ZeRO cells against real DeepSpeed (and FSDP2) runs of the same tiny model on the CPU,
-at world size 1 and 2, with the CUDA modelling off (``simulate.run(spec, cuda_model=False)``).
+at world size 1 and 2 (and 4, where sim is known to be under: TECHNIQUES_W4), with the CUDA modelling off (``simulate.run(spec, cuda_model=False)``).
 
 Sim runs the step on one process and partitions it analytically (bench/worker/sim/sharding.py),
 including DeepSpeed's bf16 path (fp32 master weights and moments). What remains different,
@@ -22,6 +22,15 @@ from bench.spec import matrix
 
 pytestmark = pytest.mark.slow
 TECHNIQUES = ["zero1+bf16", "zero2+bf16", "zero2+bf16+w2", "zero3+bf16", "zero2+amp-bf16", "lora+zero2+bf16"]
+# World size 4 (issue 34): sim's per-rank formula is under here, by causes world size 2 hides.
+# Measured 2026-11-26 (tiny-llama, batch 2 x 32, gloo): zero2+bf16+w4 -6.3% of the peak (real gradients
+# 38.70 MB, sim 28.93 MB: the whole model's bf16 gradients, 38.57 MB, are live at the peak, probably in
+# DeepSpeed's reduce bucket (ipg), whose default 5e8 elements exceed the model; at world size 2 those and
+# the fp32 gradient partition are both 38.57 MB, so the two could not be told apart); zero3+bf16+w4 -19.3% (the peak moves
+# to the forward, where DeepSpeed has gathered every layer at once, 48.2 MB of parameters: its prefetch
+# bucket (5e7) and live-parameter limit (1e9) exceed the model; sim gathers one unit). Both are known
+# under-counts of the formula, not yet fixed: strict xfail, so a fix shows here.
+TECHNIQUES_W4 = ["zero2+bf16+w4", "zero3+bf16+w4"]
 STEP_COUNTERS = 4 * (9 * 4 + 3)  # tiny-llama's weight tensors, one 4-byte step each
 
 
@@ -33,13 +42,13 @@ def pairs(tmp_path_factory):
     from bench.worker.sim import simulate
     from tests.helpers import write_matrix
     folder = tmp_path_factory.mktemp("ds")
-    study = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": TECHNIQUES,
+    study = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": [*TECHNIQUES, *TECHNIQUES_W4],
              "batch_size": 2, "seq_len": 32}
     cells = matrix.load(write_matrix(folder, {"s": study}))
-    specs = [cells[f"tiny-llama__cpu__{t}"] for t in TECHNIQUES]
+    specs = [cells[f"tiny-llama__cpu__{t}"] for t in (*TECHNIQUES, *TECHNIQUES_W4)]
     with ThreadPoolExecutor(2) as pool:
         real = list(pool.map(lambda s: launch.run_cell(s, folder / f"{s['cell']}.log"), specs))
-    return {t: (r, simulate.run(s, cuda_model=False)) for t, r, s in zip(TECHNIQUES, real, specs)}
+    return {t: (r, simulate.run(s, cuda_model=False)) for t, r, s in zip((*TECHNIQUES, *TECHNIQUES_W4), real, specs)}
 
 
 @pytest.mark.parametrize("technique", TECHNIQUES)
@@ -51,6 +60,15 @@ def test_sim_partitions_as_deepspeed_holds_it(pairs, technique):
     assert s["activations"] == r["activations"]
     assert abs(s["optimizer"] - r["optimizer"]) <= STEP_COUNTERS
     assert abs(s["gradients"] - r["gradients"]) <= 0.003 * r["gradients"] + 1
+    assert abs(sim["peak_bytes"] - real["peak_bytes"]) <= 0.001 * real["peak_bytes"]
+
+
+@pytest.mark.xfail(strict=True, reason="sim's ZeRO formula under-counts at world size 4: the reduce bucket "
+                   "(ZeRO-2) and DeepSpeed's gather-ahead (ZeRO-3) are not modelled (issue 34; see TECHNIQUES_W4)")
+@pytest.mark.parametrize("technique", TECHNIQUES_W4)
+def test_sim_partitions_as_deepspeed_holds_it_at_world_size_4(pairs, technique):
+    real, sim = pairs[technique]
+    assert real["status"] == "ok", real["reason"]
     assert abs(sim["peak_bytes"] - real["peak_bytes"]) <= 0.001 * real["peak_bytes"]
 
 
