@@ -59,6 +59,17 @@ def test_the_guard_fails_a_recipe_that_fits_the_gpus_but_not_the_host():
     assert obj["verdict"] == "oom" and obj["given_bytes"] == 64 * 10**9 and obj["need_bytes"] > 64 * 10**9
 
 
+def test_one_gpu_recipes_with_the_same_need_share_a_line_and_others_keep_theirs():
+    one = sharded(host=14 * GIB, n=1, placement="full-per-rank")
+    lines = [{"technique": t, "verdict": "fits", "record": one} for t in ("lora", "qlora+gc")]
+    lines.append({"technique": "qlora+fsdp-offload+gc+w2", "verdict": "fits", "record": sharded()})
+    lines.append({"technique": "bf16", "verdict": "fits", "record": sharded(host=30 * GIB, n=1, placement="full-per-rank")})
+    said = guard.host_lines(lines, "rtx-4090", None)[1:]
+    assert said[0].startswith("  2 one-GPU recipes (lora, qlora+gc): needs ") and "load 14.00 GiB" in said[0]
+    assert said[1].startswith("  bf16: needs ") and said[2].startswith("  qlora+fsdp-offload+gc+w2: needs ")
+    assert len(said) == 3
+
+
 def test_the_cli_refuses_a_bad_host_size_before_anything_runs(capsys):
     from bench.cli import main
     assert main(["fit", "tiny-llama", "--gpu", "rtx-4090", "--host-mem", "lots", "--json"]) == guard.BAD_INPUT

@@ -157,23 +157,26 @@ def _gib(n) -> str:
 
 
 def host_lines(lines: list[dict], gpu: str, host_bytes: int | None) -> list[str]:
-    """One line per recipe: its host memory need on the node, and against ``--host-mem`` its verdict."""
-    out, plain = [], []
+    """One line per recipe: its host memory need on the node, and against ``--host-mem`` its verdict;
+    one-process recipes with the same need and parts share one line (a 7B's dozen one-GPU recipes
+    all read the same checkpoint)."""
+    out, same = [], {}
     for ln in lines:
         h = host(ln, gpu, host_bytes)
         if h is None:
             continue
-        if host_bytes is None and h["need_bytes"] == h["parts"]["runtime"] and h["ranks"] == 1:
-            plain.append(ln["technique"])  # one process holding its runtime only: said once below
-            continue
         parts = ", ".join(f"{k} {_gib(v)}" for k, v in h["parts"].items() if v)
         said = ("" if h["verdict"] is None else
                 f"; {'within' if h['verdict'] == 'fits' else 'more than'} the {_gib(host_bytes)} given")
-        out.append(f"  {ln['technique']}: needs {_gib(h['need_bytes'])} of host memory on the node at its "
-                   f"{h['phase']} ({parts}; {h['ranks']} rank(s)){said}")
-    if plain:
-        out.append(f"  {len(plain)} one-GPU recipe(s) ({', '.join(plain[:3])}{', ...' if len(plain) > 3 else ''}): "
-                   f"{_gib(hostmem.RUNTIME_BYTES)}, the process's runtime alone")
+        what = f"needs {_gib(h['need_bytes'])} of host memory on the node at its {h['phase']} ({parts}; {h['ranks']} rank(s)){said}"
+        if h["ranks"] == 1:
+            same.setdefault(what, []).append(ln["technique"])
+        else:
+            out.append(f"  {ln['technique']}: {what}")
+    for what, names in reversed(same.items()):
+        who = names[0] if len(names) == 1 else \
+            f"{len(names)} one-GPU recipes ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+        out.insert(0, f"  {who}: {what}")
     if out:
         out.insert(0, "host memory (modelled; --host-mem judges it" + (")" if host_bytes is None else
                                                                      f": {_gib(host_bytes)} given)") + ":")
