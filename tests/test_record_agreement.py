@@ -37,6 +37,7 @@ def test_every_reference_record_agrees_with_itself():
      "allocator_model.first_oom.h100-80gb is a failed allocation"),
     (LORA, lambda r: r["details"]["load_phase"]["verdicts"].update({"rtx-4090": "fits"}),
      "details.load_phase.verdicts.rtx-4090"),
+    (LORA, lambda r: r["details"]["load_phase"].update(largest_shard_bytes=1), "details.load_phase.largest_shard_bytes is 1"),
     ("qwen2.5-7b__sim__zero3+w8", lambda r: r["verdicts"].update({"l40s": "fits"}), "verdicts.l40s is 'fits'"),
     ("qwen2.5-7b__sim__zero3+w8", lambda r: r["details"]["load_phase"]["verdicts"].update({"h200": "oom while loading"}),
      "details.load_phase.verdicts.h200"),

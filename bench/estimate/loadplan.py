@@ -28,8 +28,9 @@ each GPU holds then depends on how the libraries place the weights, not on the s
 The per-GPU figure is the weights a GPU holds at the load's peak plus, for ``same-device``,
 the other ranks' CUDA contexts; the caller's GPU capacity already leaves one context aside
 (bench/estimate/verdicts.py RESERVE_BYTES). The host figure is the checkpoint as stored, once per
-process that reads it, plus the shards an offloading engine keeps there. Not modelled: the
-allocator's fragmentation during the load (each tensor is one block), NCCL's buffers.
+process that reads it, plus the shards an offloading engine keeps there. A single process's
+own load (no sharding engine) holds one shard file of it at a time (``largest_shard``). Not
+modelled: the allocator's fragmentation during the load (each tensor is one block), NCCL's buffers.
 """
 from __future__ import annotations
 
@@ -46,6 +47,35 @@ PLACEMENTS = {
                          "the shards in host memory",
     "same-device": "every rank's whole copy on GPU 0 (processes that never set their device)",
 }
+
+
+# The largest shard file of a checkpoint as published: transformers 4.x's
+# ``PreTrainedModel.save_pretrained(max_shard_size="5GB")`` default, the layout of the Hub's checkpoints
+# (Llama-3.1-70B: 30 safetensors files of at most 5 GB). transformers 5 raised the default to "50GB"
+# (huggingface/transformers PR #42734); the Hub's files stay as they were written.
+SHARD_BYTES = 5 * 10**9
+SHARD_HOW = ("one process loads a sharded checkpoint one shard file at a time: its largest file, "
+             "min(checkpoint, 5 GB: save_pretrained's default max_shard_size before transformers 5, the Hub's layout)")
+
+
+def largest_shard(stored: int) -> int:
+    """The host bytes a single process's ``from_pretrained`` holds at once of a checkpoint of
+    ``stored`` bytes: its largest shard file, ``min(stored, SHARD_BYTES)``.
+
+    Rule and source: the checkpoint is split into files of at most ``SHARD_BYTES`` (5 GB, the default
+    ``max_shard_size`` of transformers 4.x's ``PreTrainedModel.save_pretrained``, which wrote the Hub's
+    checkpoints), and transformers 4.x's ``PreTrainedModel._load_pretrained_model`` loads the
+    ``resolved_archive_file`` list one shard at a time (``for shard_file in resolved_archive_file:
+    state_dict = load_state_dict(shard_file)``, each state dict dropped before the next). transformers 5
+    (this project's, 5.23) holds no more than that: its ``_load_pretrained_model`` opens every shard with
+    safetensors' ``safe_open`` (memory-mapped, nothing read yet) and ``convert_and_load_state_dict_in_model``
+    (transformers/core_model_loading.py) copies the tensors to their device one by one (in the loading
+    thread under on-the-fly quantization such as QLoRA's, else on at most ``GLOBAL_WORKERS``, 4, threads);
+    the mapped file pages count in RSS as they are read (the H200 run's QLoRA load grew by its whole
+    4.9 GB one-file checkpoint) but are clean page cache the kernel reclaims under pressure. Not
+    modelled: a single weight larger than a shard (a file of its own); a checkpoint written by
+    transformers 5 with its 50 GB default and loaded by transformers 4.x."""
+    return min(stored, SHARD_BYTES)
 
 
 def per_gpu_bytes(placement: str, weights: int, largest: int, unit: int, n: int,

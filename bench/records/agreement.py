@@ -12,7 +12,8 @@ What is re-derived, per kind of ok sim record:
   ``verdicts.capacity`` of ``verdict_gpu_memory_bytes``; a GPU whose capacity holds the
   replay's reserved peak has no failing allocation (bench/estimate/replay.model); ``verdicts``
   are ``verdicts.from_replay``, the load phase's ``verdicts.load_phase``, the paging
-  ``verdicts.paging``;
+  ``verdicts.paging``; the load's ``largest_shard_bytes`` (the host need's load,
+  bench/estimate/hostmem.py) is ``loadplan.largest_shard`` of its ``checkpoint_bytes``;
 - a sharded step run as one rank runs it (``details.rank_program``: FSDP2 per rank): the replay
   is the rank's, so as for a single-process step, but the verdicts are ``verdicts.from_replay``
   overruled by the load plan's (``verdicts.after_load``), as for any sharded step;
@@ -91,6 +92,10 @@ def _replayed(rec: dict, details: dict, model: dict, profiles: dict, per_rank: b
     if isinstance(load, dict):
         out += _differ("details.load_phase.verdicts", load.get("verdicts"),
                        verdicts.load_phase(model, profiles, None)["verdicts"])
+        shard = load.get("largest_shard_bytes")
+        if shard is not None and shard != loadplan.largest_shard(load["checkpoint_bytes"]):
+            out.append(f"details.load_phase.largest_shard_bytes is {shard!r}, its checkpoint_bytes give "
+                       f"{loadplan.largest_shard(load['checkpoint_bytes'])!r} (loadplan.largest_shard)")
     out += _differ("details.paging", details.get("paging") or {}, verdicts.paging(model, profiles))
     return out
 

@@ -150,7 +150,7 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
         out["verdicts"] = verdicts.from_replay(model, profiles)
         details["verdict_rule"] = verdicts.RULE
         details["load_phase"] = verdicts.load_phase(model, profiles, out.get("load_host_peak_rss_bytes"))
-        details["load_phase"]["checkpoint_bytes"] = checkpoint_bytes(spec, out["params_total"])
+        details["load_phase"].update(checkpoint(spec, out["params_total"]))  # what hostmem.py reads of the load
         loading = {g for g, v in details["load_phase"]["verdicts"].items() if v != "fits"}
         details["verdict_notes"].update({g: "; ".join(filter(None, (details["verdict_notes"].get(g),
                                          "oom while loading: the model does not fit on the card as it loads, "
@@ -226,15 +226,30 @@ ENGINE_PLACEMENT = {"zero3": "zero-init", "zero3-offload": "zero-init", "fsdp": 
                     "fsdp-offload": "fsdp-meta-offload"}
 
 
-def checkpoint_bytes(spec: dict, params_total: int) -> int:
-    """The model's checkpoint as stored: every weight, unquantized, in the config's ``torch_dtype``
-    (transformers' default fp32 where it names none). What a process that loads it reads through
-    host memory (bench/estimate/hostmem.py, loadplan.py)."""
+def checkpoint(spec: dict, params_total: int) -> dict:
+    """The model's checkpoint as stored, for the load's host memory (bench/estimate/hostmem.py, loadplan.py):
+
+    - ``checkpoint_bytes``: every weight, unquantized, in the config's ``torch_dtype`` (transformers'
+      default fp32 where it names none): what a sharding engine's rank 0 (FSDP) or every rank (ZeRO)
+      holds on the host as it loads;
+    - ``largest_shard_bytes``: what a single process's own load holds of it at once, its largest
+      shard file, min(checkpoint, 5 GB) (``loadplan.largest_shard``: ``SHARD_BYTES`` is 5 GB, the
+      default ``max_shard_size`` of transformers 4.x's ``PreTrainedModel.save_pretrained`` and the Hub's
+      layout; 4.x's ``PreTrainedModel._load_pretrained_model`` loads the ``resolved_archive_file`` list
+      one shard at a time, transformers 5's memory-maps the shards and copies tensor by tensor).
+
+    ``spec["model_config"]`` is the config file, or the model's folder holding its config.json (a
+    model with its own code, trust_remote_code). Read once a call, and called once a cell (the
+    one-process load, or ``multi_process_load``): the built model's config is no substitute, as
+    building the model set its dtype to the run's (``from_config(dtype=...)``), not the stored one."""
     import json
     from pathlib import Path
-    raw = json.loads(Path(spec["model_config"]).read_text())
+    from bench.estimate import loadplan
+    path = Path(spec["model_config"])
+    raw = json.loads((path / "config.json" if path.is_dir() else path).read_text())
     size = {"float32": 4, "float16": 2, "bfloat16": 2}.get(raw.get("torch_dtype") or raw.get("dtype"), 4)
-    return params_total * size
+    stored = params_total * size
+    return {"checkpoint_bytes": stored, "largest_shard_bytes": loadplan.largest_shard(stored)}
 
 
 def multi_process_load(model, spec: dict, replayed: dict, profiles: dict, units: list, out: dict) -> dict:
@@ -247,7 +262,7 @@ def multi_process_load(model, spec: dict, replayed: dict, profiles: dict, units:
     largest = max((p.numel() * p.element_size() for p in model.parameters()), default=0)
     unit = max((pb for pb, _ in units[1:-1]), default=0)  # one decoder layer
     n, dist = spec["world_size"], spec["knobs"]["dist"]
-    stored = checkpoint_bytes(spec, out["params_total"])
+    stored = checkpoint(spec, out["params_total"])["checkpoint_bytes"]  # rank 0 / every rank holds it whole
     plans = loadplan.placements(weights, largest, unit, n, profiles, stored)
     chosen = ENGINE_PLACEMENT.get(dist, "full-per-rank")
     return {"placement": chosen, "how": loadplan.PLACEMENTS[chosen], "weights_bytes": weights,
