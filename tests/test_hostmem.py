@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bench.estimate import hostmem
+from bench.estimate import hostmem, loadplan
 from bench.fit import guard
 
 GIB = 2**30
@@ -86,8 +86,10 @@ def test_a_loads_host_need_covers_what_the_h200_run_held_while_loading():
     root = Path(__file__).resolve().parents[1] / "results" / "reference" / "cuda-h200"
     rec = results.read(root, only="llama-3.2-1b__h200__qlora+gc").records["llama-3.2-1b__h200__qlora+gc"]
     measured = rec["load_host_peak_rss_bytes"]
+    stored = 4 * rec["params_total"]  # the fp32 checkpoint it read: one file, under a shard's 5 GB
+    assert loadplan.largest_shard(stored) == stored
     sim = {"status": "ok", "mode": "sim", "world_size": 1,
-           "details": {"load_phase": {"checkpoint_bytes": 4 * rec["params_total"]}}}  # the fp32 checkpoint it read
+           "details": {"load_phase": {"checkpoint_bytes": stored, "largest_shard_bytes": loadplan.largest_shard(stored)}}}
     need = hostmem.need(sim, "h200")
     assert need["phase"] == "load" and measured <= need["bytes"] <= 1.4 * measured
 
@@ -105,3 +107,69 @@ def test_70b_fsdp_qlora_with_offload_needs_well_over_100_gb_of_host_memory():
     need = hostmem.need(results.read(root, only=cell).records[cell], "rtx-4090")
     assert 125 * 10**9 < need["bytes"] <= 250 * 10**9 and need["phase"] == "load"
     assert hostmem.judge(need["bytes"], 128 * 10**9) == "oom"
+
+
+def one_process(checkpoint: int, shard: int | None = None) -> dict:
+    load = {"checkpoint_bytes": checkpoint, **({} if shard is None else {"largest_shard_bytes": shard})}
+    return {"status": "ok", "mode": "sim", "world_size": 1, "details": {"load_phase": load}}
+
+
+def test_one_process_holds_its_largest_shard_and_a_small_checkpoint_whole():
+    """A single process loads one shard file at a time (loadplan.largest_shard: min(checkpoint, 5 GB));
+    a checkpoint under 5 GB is one file, held whole; a record made before largest_shard_bytes counts
+    its whole checkpoint_bytes."""
+    big, small = 140 * 10**9, 3 * 10**9
+    assert loadplan.largest_shard(big) == loadplan.SHARD_BYTES == 5 * 10**9
+    assert loadplan.largest_shard(small) == small
+    assert hostmem.need(one_process(big, loadplan.largest_shard(big)), "g")["parts"]["load"] == 5 * 10**9
+    assert hostmem.need(one_process(small, loadplan.largest_shard(small)), "g")["parts"]["load"] == small
+    assert hostmem.need(one_process(big), "g")["parts"]["load"] == big  # an older record: the whole checkpoint
+
+
+def test_a_sharded_cell_keeps_its_placements_host_bytes():
+    """FSDP's rank 0 and ZeRO's ranks hold the checkpoint whole: the placement's host_bytes, never a shard."""
+    rec = sharded(host=131 * GIB, n=2, placement="fsdp-meta")
+    rec["details"]["load_phase"].update(checkpoint_bytes=131 * GIB, largest_shard_bytes=5 * 10**9)
+    assert hostmem.need(rec, "g")["parts"]["load"] == 131 * GIB
+
+
+@pytest.mark.parametrize("as_folder", [False, True])
+def test_the_checkpoint_is_read_from_a_config_file_or_a_models_folder(tmp_path, as_folder):
+    """A model with its own code (trust_remote_code) is given as its folder: the config.json in it."""
+    from bench.worker.sim import simulate
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "torch_dtype": "bfloat16"}))
+    path = tmp_path if as_folder else tmp_path / "config.json"
+    assert simulate.checkpoint({"model_config": str(path)}, 4 * 10**9) == {
+        "checkpoint_bytes": 8 * 10**9, "largest_shard_bytes": 5 * 10**9}
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))  # no dtype: transformers' fp32
+    assert simulate.checkpoint({"model_config": str(path)}, 10**6) == {
+        "checkpoint_bytes": 4 * 10**6, "largest_shard_bytes": 4 * 10**6}
+
+
+def test_70b_qlora_on_one_48gb_card_needs_one_shard_of_host_memory_not_the_checkpoint():
+    """Llama-3.1-70B qlora+gc on one RTX A6000 (the QLoRA paper's one 48 GB GPU): the process reads
+    its 131 GiB bf16 checkpoint one shard file at a time (the Hub's: 30 files of at most 5 GB), so its
+    host need is the runtime and one 5 GB shard, about 6.4 GiB, and ``--host-mem 64GB`` passes it.
+
+    The load_phase is the engine's (``simulate.checkpoint`` of the record's config and
+    params_total): a reference record made before largest_shard_bytes lacks the field (the
+    reference is rebuilt with this engine), and is completed here as the engine writes it."""
+    from pathlib import Path
+    from bench.records import results
+    from bench.worker.sim import simulate
+    root = Path(__file__).resolve().parents[1]
+    cell = "llama-3.1-70b__sim__qlora+gc"
+    rec = results.read(root / "results" / "reference", only=cell).records[cell]
+    load = rec["details"]["load_phase"]
+    got = simulate.checkpoint({"model_config": str(root / "matrix" / "models" / "llama-3.1-70b.json")},
+                              rec["params_total"])
+    assert got["checkpoint_bytes"] == load["checkpoint_bytes"] > 130 * GIB  # the whole bf16 checkpoint
+    assert load.get("largest_shard_bytes", got["largest_shard_bytes"]) == got["largest_shard_bytes"] == 5 * 10**9
+    load.update(got)
+    need = hostmem.need(rec, "rtx-a6000")
+    assert need["parts"] == {"runtime": hostmem.RUNTIME_BYTES, "load": 5 * 10**9, "offloaded": 0, "paged": 0}
+    assert need["bytes"] == hostmem.RUNTIME_BYTES + 5 * 10**9 and 6.3 * GIB < need["bytes"] < 6.5 * GIB
+    assert hostmem.judge(need["bytes"], hostmem.parse_bytes("64GB")) == "fits"
+    line = {"technique": "qlora+gc", "verdict": rec["verdicts"]["rtx-a6000"], "record": rec}
+    assert guard.exit_code([line], "rtx-a6000", asked=True, host_bytes=hostmem.parse_bytes("64GB")) == guard.OK
+    assert "within the 59.60 GiB given" in guard.host_lines([line], "rtx-a6000", hostmem.parse_bytes("64GB"))[1]
