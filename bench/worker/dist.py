@@ -40,14 +40,35 @@ AUTO = {
 }
 
 
-def deepspeed_config(spec: dict, micro_batch: int, hidden_size: int) -> dict:
-    knobs = spec["knobs"]
+# DeepSpeed's own defaults (deepspeed/runtime/zero/config.py) for what a config leaves out: what the
+# engine runs with, and so what sim's formula reads (bench/worker/sim/sharding.py ``zero_layout``)
+ZERO_DEFAULTS = {
+    "reduce_bucket_size": 500_000_000,
+    "contiguous_gradients": True,
+    "stage3_max_reuse_distance": 1_000_000_000,
+    "stage3_param_persistence_threshold": 100_000,
+}
+
+
+def _read_config(spec: dict, hidden_size: int) -> dict:
     with open(spec["ds_config"]) as fh:
         cfg = json.load(fh)
     zero = cfg.setdefault("zero_optimization", {})
     for key, fill in AUTO.items():
         if zero.get(key) == "auto":
             zero[key] = fill(hidden_size)
+    return cfg
+
+
+def zero_settings(spec: dict, hidden_size: int) -> dict:
+    """The cell's ``zero_optimization`` as the engine runs it: "auto" filled, DeepSpeed's defaults
+    for what it leaves out."""
+    return {**ZERO_DEFAULTS, **_read_config(spec, hidden_size)["zero_optimization"]}
+
+
+def deepspeed_config(spec: dict, micro_batch: int, hidden_size: int) -> dict:
+    knobs = spec["knobs"]
+    cfg = _read_config(spec, hidden_size)
     cfg["train_micro_batch_size_per_gpu"] = micro_batch
     cfg["gradient_accumulation_steps"] = knobs["accum"]
     cfg["zero_allow_untested_optimizer"] = True

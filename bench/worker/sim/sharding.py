@@ -27,7 +27,9 @@ Applied at each phase's peak (forward, backward, optimizer step), then the large
   (``partition``'s ``replicated``).
 - stage 3 and FSDP: in forward and backward the gathered parameters of the current and the
   next (prefetched) unit (embedding, each decoder layer, final norm + output head), and in
-  backward one unit's full gradient before its reduce-scatter.
+  backward one unit's full gradient before its reduce-scatter. ZeRO-3 holds more where its reuse
+  distance keeps units gathered between their forward and backward (``live_units``): the whole of
+  a model under 5e8 elements at DeepSpeed's default 1e9, the output head of a 7-70B one.
 
 DeepSpeed's ZeRO optimizer (``zero*``; ``deepspeed_master``): whatever the model's dtype,
 DeepSpeed gives its optimizer an fp32 master copy of every trainable weight
@@ -46,8 +48,22 @@ adapters too), so the simulated step does the same (``measure.single_process``: 
 ``cast_module``). Partitioning then divides them as any optimizer state. Checked against
 real DeepSpeed runs at world size 1 and 2: tests/test_sim_deepspeed.py.
 
-Not modelled: communication buckets (DeepSpeed's reduce/all-gather buckets, NCCL buffers),
-fragmentation of flat buffers and their alignment padding.
+ZeRO-3 allocates at init, on the GPU, a gradient buffer holding each parameter's partition
+(``grad_partitions_flat_buffer``, on the host with optimizer offload) and a reduce bucket of
+``reduce_bucket_size`` elements (``zero_layout``), in every phase. ZeRO-2's gradients per rank, as
+DeepSpeed's ``DeepSpeedZeroOptimizer`` holds them: the optimizer's flat group is cut into N equal partitions (padded to 2N elements), and a
+rank's 16-bit gradient buffer (``grads_in_partition``) holds the whole of every parameter that
+has any element in its partition (``get_partition_info``), not numel / N: the rank whose partition
+holds the parts of the largest parameters holds the most (measured at world size 4: tiny-llama's
+embedding, 8.2M elements, sits in one rank's partition and a quarter of the next). In backward a
+rank also holds one parameter's whole gradient before its reduction (the largest, which
+autograd makes whole) and the reduce bucket (``reduce_bucket_size`` elements).
+
+Checked against real DeepSpeed at world size 4 (tests/test_sim_deepspeed.py): ZeRO-2 to the byte;
+ZeRO-3's forward and step to the byte, its backward under (the rank's backward peak comes early,
+with the activations alive, and the single process's backward peak is late).
+
+Not modelled: NCCL buffers, the all-gather bucket, fragmentation of flat buffers.
 """
 from __future__ import annotations
 
@@ -77,9 +93,9 @@ def _div(nbytes: int, n: int) -> int:
     return -(-nbytes // n)  # a partition holds ceil(numel / N) elements
 
 
-def unit_bytes(model, rounding=lambda n: n) -> list[tuple[int, int]]:
+def unit_bytes(model, rounding=lambda n: n, numel: bool = False) -> list[tuple[int, int]]:
     """(parameter bytes, gradient bytes) per gather unit, in forward order: the input embedding,
-    each decoder layer, and the rest (final norm, output head)."""
+    each decoder layer, and the rest (final norm, output head). ``numel``: elements instead of bytes."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     layers = list(base.model.layers)
     embed = base.get_input_embeddings()
@@ -91,8 +107,9 @@ def unit_bytes(model, rounding=lambda n: n) -> list[tuple[int, int]]:
             if id(p) in seen:
                 continue
             seen.add(id(p))
-            pb += rounding(p.numel() * p.element_size())
-            gb += rounding(p.numel() * p.element_size()) if p.requires_grad else 0
+            b = p.numel() if numel else rounding(p.numel() * p.element_size())
+            pb += b
+            gb += b if p.requires_grad else 0
         return pb, gb
 
     units.append(size(embed))
@@ -101,11 +118,91 @@ def unit_bytes(model, rounding=lambda n: n) -> list[tuple[int, int]]:
     return units
 
 
-def _scaled(phase: str, cats: dict, dist: str, n: int, units, replicated: int = 0) -> dict:
+def live_units(numels: list[int], settings: dict, checkpointing: bool) -> list[int]:
+    """Indices of the gather units ZeRO-3 keeps gathered after their forward: DeepSpeed's
+    ``PartitionedParameterCoordinator.__params_to_release`` keeps a parameter whose next use in the
+    step's recorded trace comes within ``stage3_max_reuse_distance`` elements fetched. A unit's
+    next use is its backward, after every later unit's forward and backward (and, with
+    checkpointing, their recompute too): 2 (3) x the elements after it."""
+    limit = int(settings.get("stage3_max_reuse_distance", 0))
+    after, out = 0, []
+    for i in reversed(range(len(numels))):
+        if (3 if checkpointing else 2) * after < limit:
+            out.append(i)
+        after += numels[i]
+    return sorted(out)
+
+
+def zero_layout(optimizer, n: int, settings: dict, stage: int, rounding=lambda b: b) -> dict:
+    """The gradient buffers DeepSpeed's ZeRO optimizer keeps on a rank (module docstring), from the
+    optimizer's parameter groups in DeepSpeed's order: ``partition_grad_bytes`` (ZeRO-2: the largest
+    rank's ``grads_in_partition``; ZeRO-3: ``grad_partitions_flat_buffer``, each parameter's
+    partition, allocated at init), ``model_grad_bytes`` (the whole 16-bit gradient, as the single
+    process holds it), ``largest_grad_bytes`` and ``bucket_bytes`` (the reduce bucket, 0 without
+    contiguous gradients)."""
+    inner = getattr(optimizer, "optimizer", optimizer)
+    groups = [[p for p in g["params"] if p.requires_grad] for g in inner.param_groups]
+    params = [p for g in groups for p in g]
+    size = params[0].element_size() if params else 2
+    if stage == 3:  # stage3.py: sum(p.partition_numel()), each parameter padded to N
+        held = sum(-(-p.numel() // n) for p in params)
+    else:  # stage_1_and_2.py get_partition_info: every parameter with an element in the partition
+        per_rank = [0] * n
+        for group in groups:
+            numels = [p.numel() for p in group]
+            span = -(-sum(numels) // (2 * n)) * 2  # padded to nccl_start_alignment_factor (2) x N, / N
+            start = 0
+            for numel in numels:
+                for r in range(n):
+                    if start < (r + 1) * span and start + numel > r * span:
+                        per_rank[r] += numel
+                start += numel
+        held = max(per_rank, default=0)
+    bucket = int(settings.get("reduce_bucket_size", 0)) if settings.get("contiguous_gradients", True) else 0
+    return {"stage": stage, "partition_grad_bytes": rounding(held * size),
+            "model_grad_bytes": sum(rounding(p.numel() * p.element_size()) for p in params),
+            "largest_grad_bytes": max((rounding(p.numel() * p.element_size()) for p in params), default=0),
+            "bucket_bytes": rounding(bucket * size) if params else 0,
+            "how": ("DeepSpeed ZeRO-3's grad_partitions_flat_buffer and reduce bucket, allocated at init" if stage == 3
+                    else "DeepSpeed ZeRO-2's grads_in_partition: every parameter with an element in the rank's "
+                         "partition, whole; the largest rank")}
+
+
+def _zero_gradients(phase: str, grads: int, n: int, layout: dict, on_gpu: bool = True) -> int:
+    """A ZeRO rank's gradient bytes at a phase's peak whose single-process gradients are ``grads``:
+    the 16-bit gradient buffer (ZeRO-3: from init, on the host under optimizer offload; ZeRO-2: once
+    the first bucket is reduced), the rest (the fp32 master's gradient at the step) / N, and in ZeRO-2's
+    backward one whole parameter's gradient and the bucket."""
+    model = min(grads, layout["model_grad_bytes"])
+    stage3 = layout["stage"] == 3
+    out = (layout["partition_grad_bytes"] if on_gpu and (stage3 or model) else 0) + _div(grads - model, n)
+    if not stage3 and phase == "backward" and model:
+        out += layout["largest_grad_bytes"] + layout["bucket_bytes"]
+    return out
+
+
+def _gathered(units, live: set) -> int:
+    """The most gathered parameter bytes a rank holds at once: at unit i the unit and the next
+    (prefetched), and the units before it that the reuse distance keeps (``live_units``; forward
+    gathers them in order, backward releases them in reverse)."""
+    if len(units) == 1:
+        return units[0][0]
+    kept, most = 0, 0
+    for i in range(len(units) - 1):
+        most = max(most, kept + units[i][0] + units[i + 1][0])
+        kept += units[i][0] if i in live else 0
+    return most
+
+
+def _scaled(phase: str, cats: dict, dist: str, n: int, units, replicated: int = 0, layout=None) -> dict:
     part, off = PARTITIONED[dist], OFFLOADED.get(dist, ())
     out = dict(cats)
     for cat in part:
         out[cat] = 0 if cat in off else _div(cats[cat], n)
+    if dist in ("zero2", "zero3") and layout and "partition_grad_bytes" in layout:
+        out["gradients"] = _zero_gradients(phase, cats["gradients"], n, layout)
+    if dist in ("zero3", "zero3-offload") and layout:
+        out["other"] += layout.get("bucket_bytes", 0)  # the reduce bucket: on the GPU from init
     if "parameters" in part and replicated:
         # what no engine shards (QLoRA's quantization state): whole on every rank, and on the GPU
         # under offload too (an attribute of the weight, not a parameter the offload policy moves)
@@ -114,10 +211,50 @@ def _scaled(phase: str, cats: dict, dist: str, n: int, units, replicated: int = 
         out["temporaries"] = 0 if "optimizer" in off else _div(cats["temporaries"], n)
     if dist in GATHERS and phase in ("forward", "backward") and units:
         pairs = [units[i][0] + units[i + 1][0] for i in range(len(units) - 1)] or [units[0][0]]
-        out["parameters"] += max(pairs)
-        if phase == "backward":
-            out["gradients"] += max(g for _, g in units)
+        out["parameters"] += _gathered(units, set((layout or {}).get("live_units", ())))
+        if phase == "backward":  # a unit's whole gradient, made before its reduce-scatter: no more than the
+            # single process holds at this moment (early in backward it holds less: rank_moments)
+            out["gradients"] += min(max(g for _, g in units), cats["gradients"])
     return out
+
+
+def rank_moments(trace: dict, dist: str, n: int, layout=None, rounding=lambda b: b, bf16: bool = False) -> dict:
+    """{phase: bytes per category} at the moment of each phase of the single process's last step
+    where a rank would hold the most: the step's allocation trace replayed, every moment weighed
+    as ``_scaled`` weighs its categories (a partitioned one / N, an offloaded one 0, ZeRO's gradient
+    buffers a constant). A rank's peak need not fall where the single process peaks: ZeRO-3's comes
+    early in backward, while the forward's activations are alive, where the single process's comes
+    late, when its gradients are whole (measured: tests/test_sim_deepspeed.py)."""
+    cols, cats = trace["columns"], trace["categories"]
+    names = trace["phases"]
+    part, off = PARTITIONED[dist], OFFLOADED.get(dist, ())
+    weight = [0.0 if c in off else 1 / n if c in part else 1.0 for c in cats]
+    if dist in ("zero2", "zero3") and layout and "partition_grad_bytes" in layout:
+        weight[cats.index("gradients")] = 0.0
+    step_weight = 0.0 if "optimizer" in off else (2 if bf16 else 1) / n  # the partitioned step's temporaries
+    last = trace["steps"] - 1
+    live, totals = {}, [0] * len(cats)
+    best: dict = {}
+    kind, serial, nbytes, step, phase, category = (cols[k] for k in ("kind", "serial", "bytes", "step", "phase",
+                                                                      "category"))
+    for i in range(len(kind)):
+        c = category[i]
+        if kind[i]:
+            b = live[serial[i]] = rounding(nbytes[i])
+            totals[c] += b
+        else:
+            totals[c] -= live.pop(serial[i], 0)
+            continue
+        ph = names[phase[i]]
+        if step[i] != last or ph not in PHASES:
+            continue
+        w = list(weight)
+        if ph == "optimizer":
+            w[cats.index("temporaries")] = step_weight
+        score = sum(wi * t for wi, t in zip(w, totals))
+        if ph not in best or score > best[ph][0]:
+            best[ph] = (score, list(totals))
+    return {ph: dict(zip(cats, t)) for ph, (_, t) in best.items()}
 
 
 def deepspeed_master(phase_breakdown: dict, dist: str, master_bytes: int, upcast_bytes: int,
@@ -139,15 +276,22 @@ def deepspeed_master(phase_breakdown: dict, dist: str, master_bytes: int, upcast
     return out
 
 
-def partition(phase_breakdown: dict, dist: str, n: int, units=(), replicated: int = 0) -> dict:
+def partition(phase_breakdown: dict, dist: str, n: int, units=(), replicated: int = 0, layout=None,
+              moments=None) -> dict:
     """Per-rank record fields for ``dist`` at world size ``n`` from the single-process step's
     breakdown at each phase's peak ({phase: {category: bytes}}). ``replicated``: parameter bytes
     no engine shards (bitsandbytes' quantization state, ``dist.quant_state_bytes``): FSDP2 and
     ZeRO-3 partition registered parameters only (FSDP2's ``_get_managed_states`` walks
     ``module.parameters()``; ZeRO-3's ``partition_parameters`` converts each ``nn.Parameter``), and
-    the quant state is a plain attribute of the weight, kept whole on every rank."""
-    scaled = {ph: _scaled(ph, phase_breakdown[ph], dist, n, units, replicated)
+    the quant state is a plain attribute of the weight, kept whole on every rank. ``layout``: ZeRO-2's
+    gradient buffers per rank (``zero_layout``); without it gradients are divided by N. ``moments``: the
+    phases' breakdowns where a rank would hold the most (``rank_moments``), taken where they hold more."""
+    scaled = {ph: _scaled(ph, phase_breakdown[ph], dist, n, units, replicated, layout)
               for ph in PHASES if ph in phase_breakdown}
+    for ph, cats in (moments or {}).items():  # another moment of the phase where the rank holds more
+        alt = _scaled(ph, cats, dist, n, units, replicated, layout)
+        if ph in scaled and sum(alt.values()) > sum(scaled[ph].values()):
+            scaled[ph] = alt
     phase_peak = {ph: sum(c.values()) for ph, c in scaled.items()}
     top = max(phase_peak, key=phase_peak.get)
     off = OFFLOADED.get(dist, ())

@@ -54,10 +54,10 @@ CUDA_MODEL = ("CUDA caching-allocator rounding (512-byte blocks), CUDA attention
               "(flash / memory-efficient footprint), CUDA kernel workspaces (flash backward, bnb gemm_4bit)")
 
 
-def _deepspeed_master(session, knobs: dict, phases: dict, rounding, details: dict) -> dict:
+def _deepspeed_master(session, knobs: dict, rounding, details: dict) -> tuple:
     """DeepSpeed's ZeRO optimizer over the simulated single-process step (bench/worker/sim/
     sharding.py): the fp32 master weights (and bf16's fp32 moments) it adds, in the record's
-    phases and dtypes."""
+    dtypes; (master bytes, moment upcast bytes, bf16) for ``sharding.deepspeed_master``."""
     import torch
 
     trainable = sum(p.numel() for p in session.model.parameters() if p.requires_grad)
@@ -70,7 +70,22 @@ def _deepspeed_master(session, knobs: dict, phases: dict, rounding, details: dic
     dtypes = details.get("dtypes", {})
     dtypes["master_weights"] = ["float32"]
     dtypes["optimizer_state"] = sorted({"float32" if d == "bfloat16" else d for d in dtypes.get("optimizer_state", [])})
-    return sharding.deepspeed_master(phases, knobs["dist"], master, state, bf16)
+    return master, state, bf16
+
+
+def _zero_layout(m: Measured, spec: dict, rounding) -> dict | None:
+    """What DeepSpeed's settings add to the ZeRO formula (bench/worker/sim/sharding.py): ZeRO-2's
+    per-rank gradient buffers, ZeRO-3's units kept gathered by the reuse distance; None otherwise."""
+    dist, n = spec["knobs"]["dist"] or "", spec["world_size"]
+    if dist not in ("zero2", "zero3", "zero3-offload"):
+        return None
+    settings = dist_mod.zero_settings(spec, m.session.model.config.hidden_size)
+    layout = sharding.zero_layout(m.session.optimizer, n, settings, 2 if dist == "zero2" else 3, rounding)
+    if dist != "zero2":
+        numels = [pn for pn, _ in sharding.unit_bytes(m.session.model, numel=True)]
+        layout.update(live_units=sharding.live_units(numels, settings, bool(spec["knobs"]["gc"])), units=len(numels),
+                      stage3_max_reuse_distance=int(settings["stage3_max_reuse_distance"]))
+    return layout
 
 
 def states_phase_of(phases: dict) -> str:
@@ -108,22 +123,31 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
     details = out["details"]
     details.update(simulated=CUDA_MODEL if m.cuda_model else "cpu kernels, exact bytes",
                    phase_breakdown_bytes=phases)
+    master_args = None
     if (spec["knobs"]["dist"] or "").startswith("zero"):
-        phases = _deepspeed_master(m.session, spec["knobs"], phases, tracker.rounding, details)
+        master_args = _deepspeed_master(m.session, spec["knobs"], tracker.rounding, details)
+        phases = sharding.deepspeed_master(phases, spec["knobs"]["dist"], *master_args)
     if spec["knobs"]["dist"]:
         n, dist = spec["world_size"], spec["knobs"]["dist"]
         details["unpartitioned"] = {k: out[k] for k in ("peak_bytes", "breakdown_bytes", "phase_peak_bytes",
                                                         "step_peak_bytes")}
         units = sharding.unit_bytes(m.session.model, tracker.rounding)
         whole = dist_mod.quant_state_bytes(m.session.model, tracker.rounding)
-        part = sharding.partition(phases, dist, n, units, whole)
+        layout = _zero_layout(m, spec, tracker.rounding)
+        if layout:
+            details["zero_layout"] = layout
+        moments = sharding.rank_moments(tracker.trace(), dist, n, layout, tracker.rounding,
+                                        bool(master_args and master_args[2]))
+        if master_args:
+            moments = sharding.deepspeed_master(moments, dist, *master_args)
+        part = sharding.partition(phases, dist, n, units, whole, layout, moments)
         out.update(peak_bytes=part["peak_bytes"], breakdown_bytes=part["breakdown_bytes"],
                    phase_peak_bytes=part["phase_peak_bytes"], step_peak_bytes=None)
-        states = sharding.partition({states_phase: phases[states_phase]}, dist, n, (), whole)["breakdown_bytes"]
+        states = sharding.partition({states_phase: phases[states_phase]}, dist, n, (), whole, layout)["breakdown_bytes"]
         if not any(states[c] for c in ("parameters", "gradients", "optimizer")):
             # everything offloaded at the step (fsdp-offload): the GPU's states are the gathered units
-            states = max((sharding.partition({ph: phases[ph]}, dist, n, units, whole)["breakdown_bytes"] for ph in phases),
-                         key=lambda b: b["parameters"] + b["gradients"] + b["optimizer"])
+            states = max((sharding.partition({ph: phases[ph]}, dist, n, units, whole, layout)["breakdown_bytes"]
+                          for ph in phases), key=lambda b: b["parameters"] + b["gradients"] + b["optimizer"])
         details.update(zero_partitioning=f"{sharding.LABEL}: {dist} at world size {n}",
                        zero_peak_phase=part["peak_phase"])
         if part["offloaded_bytes"]:
