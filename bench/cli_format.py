@@ -5,8 +5,7 @@
   card memory used) and vLLM's own error text where the engine would not start.
 - ``rank_note``: a ZeRO/FSDP record holds one rank's figures: the need is one GPU's, the speed
   model's tokens/s one rank's, and the data-parallel run trains world size x that; the line also
-  says how the model loads (bench/estimate/loadplan.py) and what an offload keeps on the host, and
-  for ZeRO at world size 4 or more that real DeepSpeed runs came out above the formula.
+  says how the model loads (bench/estimate/loadplan.py) and what an offload keeps on the host.
 - ``precision_hint``: a training recipe without bf16 (or QLoRA) holds its weights, gradients
   and optimizer state in fp32; an oom or tight verdict says so and what would change it.
 
@@ -68,15 +67,6 @@ def rank_note(rec: dict) -> str | None:
     if sum(off.values()):
         parts.append(f"offloaded to host memory: {sum(off.values()) / GiB:.2f} GiB per rank "
                      f"({', '.join(k for k, v in off.items() if v)})")
-    if dist.startswith("zero") and n >= ZERO_UNDER_FROM:
-        parts.append(ZERO_UNDER)
     return "; ".join(parts)
 
 
-# Real DeepSpeed runs at world size 4 (tests/test_sim_deepspeed.py, TECHNIQUES_W4) came out above the
-# per-rank ZeRO formula; at world size 1 and 2 it agrees within 0.1%. Said beside every ZeRO answer
-# it may affect until the formula models what those runs hold.
-ZERO_UNDER_FROM = 4
-ZERO_W4_OVER = "tiny-llama: ZeRO-2 +6.8%, ZeRO-3 +23.9% over it; tests/test_sim_deepspeed.py"
-ZERO_UNDER = (f"caution: at world size 4 real DeepSpeed runs came out above this per-rank ZeRO formula "
-              f"({ZERO_W4_OVER}), so a close 'fits' may not")

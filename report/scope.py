@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.cli_format import ZERO_UNDER_FROM, ZERO_W4_OVER
 from report.fmt import details, knobs
 
 
@@ -31,14 +30,11 @@ def section(df: pd.DataFrame, fits: pd.DataFrame | None = None) -> dict:
                      "with NVML); it varies with driver and GPU.")
     if _any(df, lambda r: knobs(r).get("dist")):
         items.append("NCCL's device buffers, the communication streams' own allocator pools and DeepSpeed's "
-                     "bucket buffers of multi-GPU cells; FSDP2 cells are each rank's own traced step, ZeRO and "
-                     "FSDP offload are worked out by formula (marked 'analytic').")
+                     "all-gather and prefetch buckets of multi-GPU cells; FSDP2 cells are each rank's own traced step, "
+                     "ZeRO and FSDP offload are worked out by formula (marked 'analytic': it agrees with real "
+                     "DeepSpeed ZeRO-1/2/3 on a tiny model at 1, 2 and 4 ranks, unchecked at 7-70B scale).")
     else:
         items.append("NCCL communication buffers (no multi-GPU cell in this run).")
-    if _any(df, lambda r: str(knobs(r).get("dist") or "").startswith("zero") and (r.get("world_size") or 1) >= ZERO_UNDER_FROM):
-        items.append("What real DeepSpeed holds beyond the per-rank ZeRO formula at 4 GPUs or more: at world size 4 "
-                     f"it came out above it ({ZERO_W4_OVER}), so the need of those cells may be low and a close "
-                     "'fits' may not hold.")
     items.append("Other processes on the card (a display, a second job) and the memory nvidia-smi shows above "
                  "the CUDA total.")
     items.append("The data loader, the tokenizer and host memory during training; checkpoint saving.")

@@ -54,17 +54,6 @@ def test_multi_gpu_speed_is_labelled_per_rank_and_for_the_run():
     assert "tokens/s per rank" in out and "for the run of 8" in out
 
 
-def test_zero_answers_at_world_size_4_and_up_say_the_formula_was_under_real_deepspeed():
-    from bench import cli_format
-    out = shown([line("qwen2.5-7b__sim__zero3+w8", "h100-80gb")], "h100-80gb")
-    assert cli_format.ZERO_UNDER in " ".join(out.split())
-    rec = rec_of("qwen2.5-7b__sim__zero3+w8")
-    assert cli_format.ZERO_UNDER in cli_format.rank_note({**rec, "world_size": 4})
-    assert cli_format.ZERO_UNDER not in cli_format.rank_note({**rec, "world_size": 2})   # agrees at w2
-    fsdp = rec_of("llama-3.1-8b__sim__fsdp+w8")
-    assert cli_format.ZERO_UNDER not in cli_format.rank_note(fsdp)   # FSDP2 is traced per rank
-
-
 def test_vllm_rows_show_their_kv_space_and_vllms_error_whole():
     out = shown([line("llama-3.1-8b__sim__vllm+util0.7", "rtx-4090")], "rtx-4090")
     assert "KV cache 0.80 GiB = 6,528 tokens" in out and "the engine does not start" in out
