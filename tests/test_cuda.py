@@ -38,6 +38,31 @@ def test_a_context_bigger_than_the_profile_leaves_nothing():
     assert gpumem.memory_fraction(GIB // 4, 80 * GIB, context_bytes=GIB // 2) == 0.0
 
 
+def test_context_is_read_from_nvml_or_else_from_the_drivers_free_memory():
+    nvml = gpumem.context_bytes(1 * GIB, 1 * GIB + 600 * 2**20, 2 * 2**20, free=70 * GIB, total=80 * GIB)
+    assert nvml == (598 * 2**20, "nvml: device used after the context - before - torch reserved")
+    # without NVML (no pynvml): cudaMemGetInfo's total - free, less torch's reserved; never negative
+    context, how = gpumem.context_bytes(None, None, 2 * 2**20, free=80 * GIB - 600 * 2**20, total=80 * GIB)
+    assert context == 598 * 2**20 and how.startswith("cudaMemGetInfo")
+    assert gpumem.context_bytes(None, None, 2 * 2**20, free=80 * GIB, total=80 * GIB)[0] == 0
+
+
+BREAKDOWN = {"parameters": 100, "gradients": 100, "optimizer": 200, "activations": 50, "temporaries": 30,
+             "other": 10, "kv_cache": 0}
+
+
+def test_the_peak_is_torchs_and_the_tracker_only_splits_it():
+    more = gpumem.split_peak(BREAKDOWN, 490, 520)   # torch holds 30 more: rounding, workspaces
+    assert more["peak_bytes"] == 520 == sum(more["breakdown_bytes"].values())
+    assert more["breakdown_bytes"]["other"] == 40 and "tracker_over_cuda_bytes" not in more["details"]
+    less = gpumem.split_peak(BREAKDOWN, 490, 460)   # the tracker held a storage torch had freed
+    assert less["peak_bytes"] == 460 == sum(less["breakdown_bytes"].values())   # never the tracker's figure
+    assert less["breakdown_bytes"]["other"] == 0 and less["breakdown_bytes"]["temporaries"] == 10
+    assert less["details"]["tracker_over_cuda_bytes"] == 30
+    with pytest.raises(RuntimeError, match="exceed torch's peak"):
+        gpumem.split_peak(BREAKDOWN, 490, 300)
+
+
 def test_summarize_takes_peaks_and_keeps_missing_as_none():
     samples = [(10.0, 1000, None), (10.05, 3000, 2000), (10.1, 2000, 2500)]
     out = gpumem.summarize(samples, 0.05)

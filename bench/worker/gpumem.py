@@ -76,17 +76,55 @@ def open_nvml(torch_index: int) -> tuple[Nvml | None, str]:
 
 
 def context_baseline(torch, index: int, nvml: Nvml | None) -> dict:
-    """Create this process's CUDA context on device ``index`` and measure it with NVML."""
+    """Create this process's CUDA context on device ``index`` and measure it: with NVML, the
+    card's used memory before and after; without it, the driver's own count after
+    (``torch.cuda.mem_get_info``: total - free, less torch's reserved), which counts other
+    processes on the card too, so the cap it sets is the lower (``context_bytes``)."""
     before = nvml.read()[0] if nvml else None
     torch.cuda.set_device(index)  # CUDA 12 creates the primary context here
     torch.empty(1, device=f"cuda:{index}")
     torch.cuda.synchronize(index)
     reserved = torch.cuda.memory_reserved(index)
     after, process = nvml.read() if nvml else (None, None)
+    free, total = torch.cuda.mem_get_info(index)
     torch.cuda.empty_cache()  # hand the probe's block back: it is not the cell's
+    context, how = context_bytes(before, after, reserved, free, total)
     return {"device_used_before_bytes": before, "device_used_after_init_bytes": after,
             "process_after_init_bytes": process, "init_reserved_bytes": reserved,
-            "cuda_context_bytes": after - before - reserved if nvml else None}
+            "free_after_init_bytes": free, "cuda_context_bytes": context, "cuda_context_how": how}
+
+
+def context_bytes(before: int | None, after: int | None, reserved: int, free: int, total: int) -> tuple[int, str]:
+    """(the CUDA context's bytes, how they were read): NVML's used memory after - before - torch's
+    reserved where NVML read both; else the driver's total - free - reserved (cudaMemGetInfo),
+    which holds other processes' memory too."""
+    if before is not None and after is not None:
+        return after - before - reserved, "nvml: device used after the context - before - torch reserved"
+    return max(0, total - free - reserved), ("cudaMemGetInfo (torch.cuda.mem_get_info): total - free - torch "
+                                             "reserved; other processes on the card included")
+
+
+def split_peak(breakdown: dict, tracker_peak: int, torch_peak: int) -> dict:
+    """The record's peak on a GPU: torch's ``max_memory_allocated`` over the measured steps, always.
+    The tracker splits it: what torch holds beyond the tracker's count (block rounding, kernel
+    workspaces) is ``other``; where the tracker counted more (a storage it held that torch had
+    freed), the excess comes off ``other``, then ``temporaries``, then ``activations``, and
+    ``details.tracker_over_cuda_bytes`` says how much."""
+    out = dict(breakdown)
+    over = tracker_peak - torch_peak
+    details = {"peak_source": "torch.cuda.max_memory_allocated over the measured steps"}
+    if over <= 0:
+        out["other"] += -over
+    else:
+        details["tracker_over_cuda_bytes"] = over
+        for cat in ("other", "temporaries", "activations"):
+            take = min(over, out[cat])
+            out[cat] -= take
+            over -= take
+        if over:  # the states alone exceed torch's peak: the tracker is wrong, not torch
+            raise RuntimeError(f"the tracker's parameters, gradients and optimizer state exceed torch's peak "
+                               f"({torch_peak} bytes) by {over} bytes")
+    return {"peak_bytes": torch_peak, "breakdown_bytes": out, "details": details}
 
 
 def cap_to_profile(spec: dict, torch, index: int, nvml: Nvml | None) -> dict:

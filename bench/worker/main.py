@@ -159,8 +159,9 @@ def run(spec: dict) -> dict:
 
 def run_cuda(spec, torch, train, MemTracker) -> dict:
     """Real GPU run on this rank's device, capped to the cell's GPU profile when the card is
-    bigger: torch.cuda's peak statistics are the measurement; the tracker only splits that
-    peak into categories (allocator rounding and workspaces go to ``other``); an NVML
+    bigger: torch.cuda's peak statistics over the measured steps are the measurement, always
+    (``gpumem.split_peak``); the tracker only splits that peak into categories (allocator rounding
+    and workspaces go to ``other``); an NVML
     sampler thread watches the card from before the model loads (bench/worker/gpumem.py)."""
     if not torch.cuda.is_available():
         raise Skip("cuda mode needs a CUDA device; none is visible")
@@ -181,12 +182,10 @@ def run_cuda(spec, torch, train, MemTracker) -> dict:
         exc.details = {"cuda": gpumem.finish(torch, index, sampler, facts)}  # kept in the oom/error record
         raise
     facts = gpumem.finish(torch, index, sampler, facts)
-    peak = facts["allocated_peak_bytes"]
-    out["breakdown_bytes"]["other"] += peak - out["peak_bytes"]
-    if out["breakdown_bytes"]["other"] < 0:  # tracker counted a storage torch freed earlier
-        out["breakdown_bytes"]["other"] = 0
-        out["details"]["tracker_over_cuda_bytes"] = out["peak_bytes"] - peak
-    out["peak_bytes"] = sum(out["breakdown_bytes"].values()) if peak < out["peak_bytes"] else peak
+    facts.update({f"{k}_peak_bytes": v for k, v in out["details"].pop("cuda_tracked_peaks").items()})  # the tracked span's
+    split = gpumem.split_peak(out["breakdown_bytes"], out["peak_bytes"], facts["allocated_peak_bytes"])
+    out.update(peak_bytes=split["peak_bytes"], breakdown_bytes=split["breakdown_bytes"])
+    out["details"].update(split["details"])
     out["reserved_peak_bytes"] = facts["reserved_peak_bytes"]
     gpu = {spec["gpu"]: {"memory_bytes": spec["gpu_memory_bytes"]}}
     model = alloctrace.attach(out, tracker, spec, gpu)

@@ -13,7 +13,7 @@ optimizer state (the categories: bench/worker/memtrace.py).
 Storages moved off the device (DeepSpeed offload) are counted apart, as host bytes
 (``to_host``, ``host_phases``); storages resized in place (FSDP2 frees and refills its
 all-gather buffers with ``UntypedStorage.resize_``, which no dispatch mode sees) are
-followed by wrapping that method while the tracker is active.
+followed by wrapping that method while the tracker is active (bench/worker/memresize.py).
 
 ``rounding`` maps a storage's byte count to what an allocator would hand out (sim mode
 passes the CUDA caching allocator's rounding); the default counts exact bytes.
@@ -25,6 +25,9 @@ takes and frees inside one op; ``phase_breakdown()`` gives the categories at eac
 own peak (ZeRO's analytic partitioning needs them); ``fused()`` runs ops as one fused
 kernel's inside (sim's model of inductor, bench/worker/sim/fusion.py): what they make stays in
 registers, so neither it nor a view of it is ever counted (``serial_of`` still names it).
+
+``stop()`` ends the count: nothing after it (a real run's untracked timing steps) is counted or
+traced, and what the measured steps left live stays counted as live.
 
 What the tracker reports (``breakdown``, ``phase_breakdown``, ``host_breakdown``, ``trace``) and the
 allocation trace's format: bench/worker/memtrace.py.
@@ -39,7 +42,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench.records.record import PHASES
-from bench.worker import memtrace
+from bench.worker import memresize, memtrace
 from bench.worker.tensors import NO_TENSORS, tensors_in
 
 
@@ -53,7 +56,7 @@ def _key(storage) -> int:
     return storage._cdata
 
 
-class MemTracker(memtrace.TrackerReports, TorchDispatchMode):
+class MemTracker(memtrace.TrackerReports, memresize.FollowsResize, TorchDispatchMode):
     def __init__(self, budget_bytes: int | None = None, rounding=None, op_hooks=(), phase_sets: bool = False):
         super().__init__()
         self.op_hooks = list(op_hooks)
@@ -85,6 +88,7 @@ class MemTracker(memtrace.TrackerReports, TorchDispatchMode):
         self._op = 0
         self._phase_index = {p: i for i, p in enumerate(memtrace.TRACE_PHASES)}
         self.fusing = False                 # inside a fused kernel (``fused``): outputs are never stored
+        self.stopped = False                # ``stop()``: nothing after it is counted
         self.in_registers: dict[int, int] = {}  # storage key -> negative serial: values no kernel wrote
         self._unstored = 0
 
@@ -95,52 +99,11 @@ class MemTracker(memtrace.TrackerReports, TorchDispatchMode):
         own fake tensors do not (bench/worker/placement.py)."""
         return True
 
-    # -- in-place storage resizes -----------------------------------------------------
-    def __enter__(self):
-        if self._resize_saved is None:
-            cls, tracker = torch.UntypedStorage, self
-            self._resize_saved = vars(cls).get("resize_")
-            inherited = cls.resize_
-
-            def resize_(storage, size):
-                out = inherited(storage, size)
-                tracker._resized(storage)
-                return out
-            cls.resize_ = resize_
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        if self._resize_saved is not None or "resize_" in vars(torch.UntypedStorage):
-            if self._resize_saved is None:
-                del torch.UntypedStorage.resize_
-            else:
-                torch.UntypedStorage.resize_ = self._resize_saved
-            self._resize_saved = None
-        return super().__exit__(*exc)
-
-    def _resized(self, storage) -> None:
-        key = _key(storage)
-        table = self.live if key in self.live else self.host if key in self.host else None
-        if table is None:
-            return
-        serial, old, born = table[key]
-        new = self.rounding(storage.nbytes())
-        if table is self.live:
-            self._event((0, serial, self.step, self._phase_index.get(self.phase, 0)))
-            self._alloc_event(serial, storage.nbytes())
-        if table is self.host:
-            self.host_total += new - old
-            self.host_peak = max(self.host_peak, self.host_total)
-        elif new < old:
-            self._snapshot_if_peak()
-            self.total -= old - new
-        else:
-            self._grow(new - old)
-        table[key] = (serial, new, born)
-
     # -- counting ---------------------------------------------------------------------
     def track(self, tensor) -> int:
         """Count ``tensor``'s storage if new; return its serial (0: holds no memory)."""
+        if self.stopped:
+            return 0
         if tensor.device.type == "meta" and not isinstance(tensor, FakeTensor):
             return 0  # a real meta tensor is shape only (DeepSpeed keeps such copies of every param)
         # a DTensor (FSDP2) holds its local shard; the wrapper's own storage reports the global size
@@ -239,6 +202,8 @@ class MemTracker(memtrace.TrackerReports, TorchDispatchMode):
         self._free(key)
 
     def _free(self, key: int) -> None:
+        if self.stopped:
+            return
         if key in self.host:
             self.host_total -= self.host.pop(key)[1]
             return
@@ -251,6 +216,8 @@ class MemTracker(memtrace.TrackerReports, TorchDispatchMode):
     def to_host(self, tensors) -> None:
         """Count these tensors' storages as host memory from now on (DeepSpeed offload keeps
         them in CPU memory; in cpu mode the device and the host are the same RAM)."""
+        if self.stopped:
+            return
         for t in tensors:
             if not isinstance(t, torch.Tensor) or t.device.type == "meta":
                 continue
@@ -323,6 +290,8 @@ class MemTracker(memtrace.TrackerReports, TorchDispatchMode):
     # -- what things are --------------------------------------------------------------
     def mark(self, category: str, tensors) -> None:
         """Declare live tensors as parameters / gradients / optimizer state."""
+        if self.stopped:
+            return
         for t in tensors:  # empty storages too: FSDP2 resizes its gather buffers to 0 between uses
             if isinstance(t, torch.Tensor):
                 self.known[category].add(self.track(t))
@@ -336,6 +305,11 @@ class MemTracker(memtrace.TrackerReports, TorchDispatchMode):
         finally:
             self._snapshot_phase()
             self.phase = prev
+
+    def stop(self) -> None:
+        """End the count: the figures and the trace stay as they are now (module docstring)."""
+        self._snapshot_if_peak()
+        self.stopped = True
 
     def start_step(self) -> None:
         self.step_peak = self.total

@@ -3,8 +3,11 @@
 ``train(spec, device, tracker)`` builds the model, optimizer and (if asked) the sharding
 engine under the tracker, runs ``warmup_steps + steps`` optimizer steps, and returns the
 measurements as a dict of record fields. Memory is tracked for every step (the first step
-allocates the optimizer state; a later, longer batch may set the peak); time is the wall
-time of the steps after warm-up.
+allocates the optimizer state; a later, longer batch may set the peak). Time, on a real run (cpu,
+cuda), is the wall time of ``steps`` more steps run after the tracker has stopped, outside its
+dispatch mode (``timed_steps``): the tracker's Python code on every op would slow a GPU's steps to
+the CPU's pace. The tracked steps' times stay beside them (``details.tracked_step_s``). Sim's
+time is modelled (bench/estimate/speedmodel.py).
 """
 from __future__ import annotations
 
@@ -215,21 +218,44 @@ def train(spec: dict, device, tracker, sim=None) -> dict:
         out["details"].update(build_peak_bytes=build_peak, pad_tokens=pads, batch_widths=widths)
         if tracker.host:
             out["details"].update(offloaded_bytes=tracker.host_breakdown(), offloaded_peak_bytes=tracker.host_peak)
-        out["details"].update(timed_tokens=tokens, timed_s=sum(step_s))  # ranks' throughput adds up from these
-        out["details"].update(losses=session.losses, final_loss=session.losses[-1] if session.losses else None)
+        out["details"].update(losses=list(session.losses), final_loss=session.losses[-1] if session.losses else None)
         if sim:
             out["details"]["loss_check"] = SIM_LOSS_CHECK
-        del session, batch
+        del batch
+        out.update(peak_bytes=tracker.peak, breakdown_bytes=tracker.breakdown(),
+                   phase_peak_bytes=dict(tracker.phase_peak), step_peak_bytes=step_peaks)
+        if torch.device(device).type == "cuda":  # torch's peaks over the tracked span, before the timed steps
+            out["details"]["cuda_tracked_peaks"] = {
+                k: torch.cuda.memory_stats().get(f"{k}_bytes.all.peak") for k in ("allocated", "reserved", "active")}
+        tracker.stop()
+    if sim is None:  # a real run: time steps the tracker does not see (module docstring)
+        out["details"]["tracked_step_s"] = step_s
+        step_s, tokens = timed_steps(session, spec, device, vocab)
+    del session
+    out["details"].update(timed_tokens=tokens, timed_s=sum(step_s))  # ranks' throughput adds up from these
     out.update(
-        peak_bytes=tracker.peak,
-        breakdown_bytes=tracker.breakdown(),
-        phase_peak_bytes=dict(tracker.phase_peak),
-        step_peak_bytes=step_peaks,
         step_s_median=statistics.median(step_s),
         tokens_per_s=tokens / sum(step_s),
         host_peak_rss_bytes=host_peak_rss(),
     )
     return out
+
+
+def timed_steps(session: Session, spec: dict, device, vocab: int) -> tuple[list[float], int]:
+    """``spec["steps"]`` more steps, with batches of the measured steps' shapes, outside the tracker's
+    dispatch mode (its counting stopped): (wall seconds of each, real tokens trained)."""
+    step_s, tokens = [], 0
+    batches = data.batches(spec["knobs"]["batching"], spec["batch_size"], spec["seq_len"], vocab, spec["steps"],
+                           spec["seed"] + dist.rank() + 1, device)
+    for i, batch in enumerate(batches):
+        say(f"timed step {i + 1}/{spec['steps']} (untracked)")
+        synchronize(device)
+        t0 = time.perf_counter()
+        session.step(batch)
+        synchronize(device)
+        step_s.append(time.perf_counter() - t0)
+        tokens += batch["real_tokens"]
+    return step_s, tokens
 
 
 def session_details(session: Session) -> dict:

@@ -5,7 +5,8 @@ cell is a ``skipped`` record saying so. No hub access: the model is the cell's c
 random weights, saved locally (bench/worker/models.checkpoint_dir) and loaded by vLLM in
 bf16. The engine's start-up errors about memory (bench/spec/workloads.py quotes them) make an
 ``oom`` record with vLLM's own message; what it planned comes from the engine's config
-(``num_gpu_blocks``) and torch's/NVML's view of the card.
+(``num_gpu_blocks``) and the driver's free memory (``torch.cuda.mem_get_info``, cudaMemGetInfo:
+the whole card's, not NVML's, not this process's alone).
 """
 from __future__ import annotations
 
@@ -65,5 +66,7 @@ def run(spec: dict) -> dict:
             "phase_peak_bytes": None, "step_s_median": wall / new, "tokens_per_s": batch * new / wall,
             "host_peak_rss_bytes": train.host_peak_rss(),
             "details": {"workload": "vllm", "vllm": {"measured": plan, "engine_kwargs": kwargs,
-                                                   "note": "peak_bytes: device memory the engine process took "
-                                                           "(NVML free before - after start-up)"}}}
+                                                   "note": "peak_bytes: device memory the engine took: the driver's free "
+                                                           "memory (cudaMemGetInfo, torch.cuda.mem_get_info) before "
+                                                           "- after start-up; a change by another process on the card "
+                                                           "counts too"}}}
