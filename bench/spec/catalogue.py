@@ -74,7 +74,8 @@ CATALOG: dict[str, Technique] = dict([
        expected="reference point", difficulty="low", overhead="none"),
     # precision
     _t("fp32", {"precision": "fp32"}, "fp32 weights, gradients and optimizer state"),
-    _t("amp-bf16", {"precision": "amp-bf16"}, "bf16 autocast over fp32 master weights",
+    _t("amp-bf16", {"precision": "amp-bf16"}, "bf16 autocast over fp32 master weights (under FSDP also FSDP2's "
+       "MixedPrecisionPolicy: gathered weights and compute in bf16, fp32 shards, as accelerate and torchtitan run it)",
        saves="activations", expected="significant (~50% of activations)",
        overhead="little; faster on tensor-core GPUs"),
     _t("amp-fp16", {"precision": "amp-fp16"}, "fp16 autocast over fp32 master weights, gradient scaler",

@@ -90,10 +90,13 @@ def wrap_deepspeed(spec: dict, model, optimizer, micro_batch: int):
     return engine, ds_opt
 
 
-def wrap_fsdp(model, device, offload: bool = False, mesh=None):
+def wrap_fsdp(model, device, offload: bool = False, mesh=None, param_dtype=None):
     """FSDP2: each decoder layer and then the whole model fully sharded; ``offload``: with
-    CPUOffloadPolicy (shards and their gradients in host memory, the optimizer steps there)."""
-    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+    CPUOffloadPolicy (shards and their gradients in host memory, the optimizer steps there);
+    ``param_dtype`` (a mixed-precision cell, amp-bf16): ``MixedPrecisionPolicy(param_dtype,
+    reduce_dtype=float32)``, as accelerate's FSDP and torchtitan run mixed precision: the shards stay
+    in their own dtype, the gathered weights and the compute are in ``param_dtype``."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
     if not torch.distributed.is_initialized():  # sim's fake group is up already: its process's env stays as it was
         ensure_rank_env()
         backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
@@ -101,9 +104,10 @@ def wrap_fsdp(model, device, offload: bool = False, mesh=None):
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     # pinned host shards need an accelerator: on a cpu run the shards stay in pageable memory
     policy = CPUOffloadPolicy(pin_memory=torch.device(device).type == "cuda") if offload else OffloadPolicy()
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else MixedPrecisionPolicy()
     for layer in base.model.layers:
-        fully_shard(layer, offload_policy=policy, mesh=mesh)
-    fully_shard(model, offload_policy=policy, mesh=mesh)
+        fully_shard(layer, offload_policy=policy, mesh=mesh, mp_policy=mp)
+    fully_shard(model, offload_policy=policy, mesh=mesh, mp_policy=mp)
     return model
 
 

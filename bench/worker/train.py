@@ -66,7 +66,8 @@ class Session:
         self.optimizer = self._optimizer(knobs)
         self.engine = None
         if knobs["dist"] in ("fsdp", "fsdp-offload"):
-            self.model = dist.wrap_fsdp(self.model, device, offload=knobs["dist"] == "fsdp-offload", mesh=mesh)
+            self.model = dist.wrap_fsdp(self.model, device, offload=knobs["dist"] == "fsdp-offload", mesh=mesh,
+                                        param_dtype=AUTOCAST.get(knobs["precision"]))
             self.optimizer = self._optimizer(knobs)
         elif knobs["dist"]:
             self.engine, self.optimizer = dist.wrap_deepspeed(
