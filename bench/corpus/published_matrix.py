@@ -58,6 +58,10 @@ LORA_OPTIONS: dict[str, dict] = {
     "h200-": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
     # ft-membench measure's rows: the fit command's LoRA settings (matrix/default.yaml technique_options)
     "own-": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+    # peft docs/source/accelerate/{deepspeed,fsdp}.md launch commands (read at 09802c1b): --lora_r 8 --lora_alpha 16
+    # --lora_dropout 0.1 --lora_target_modules "all-linear" (the rows' lora-all)
+    "peft-ds-z3-lora-llama2-70b": {"r": 8, "alpha": 16, "dropout": 0.1},
+    "peft-fsdp-lora-llama2-70b": {"r": 8, "alpha": 16, "dropout": 0.1},
 }
 
 STEPS, WARMUP_STEPS, TIMEOUT_S = 1, 1, 600
