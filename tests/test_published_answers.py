@@ -17,6 +17,10 @@ person reads, not only the bytes under them.
   qlora+gc on an RTX 4090 at 1 x 2048.
 - A seed-style report (TRL, ZeRO-3, LoRA on Qwen2.5-7B, 8 H100s): oom while loading with 8
   processes, fine with 4. Which placement of the ranks' copies reproduces it.
+- peft's guides (docs/source/accelerate/{deepspeed,fsdp}.md at 09802c1b): Llama-2-70B LoRA on 8 x H100,
+  batch 8 x 2048, with DeepSpeed ZeRO-3 ("64 GB (80%)" per GPU) and with FSDP ("72-80 GB"); both fit.
+  Read from the reference's published records (each rank's own program: ZeRO by DeepSpeed's
+  buffers, FSDP2 traced), not simulated again here.
 
     python -m pytest -s tests/test_published_answers.py
 """
@@ -148,3 +152,24 @@ def test_the_trl_zero3_load_report_is_reproduced_by_one_placement(tmp_path):
         assert load["placement"] == "zero-init" and load["verdicts"]["h100-80gb"] == "fits"
         by_n[n] = load["placements"]
     assert loadplan.reproduces({8: "oom", 4: "fits"}, by_n, "h100-80gb") == ["same-device"]
+
+
+PEFT_70B = {  # cell: the per-GPU figure peft's guide gives (a share of the card as a system monitor shows it)
+    "llama-2-70b__sim__lora+lora-all+zero3+bf16+gc+packing+w8": 64e9,
+    "llama-2-70b__sim__lora+lora-all+fsdp+amp-bf16+gc+packing+w8": 80e9,   # the range's upper end
+}
+
+
+def test_peft_70b_lora_on_8_h100s_fits_per_rank_as_published():
+    from pathlib import Path
+
+    from bench.estimate import verdicts
+    from bench.records import results
+    rs = results.read(Path(__file__).resolve().parents[1] / "results" / "reference" / "published", only=list(PEFT_70B))
+    assert not rs.problems, rs.problems
+    for cell, published in PEFT_70B.items():
+        rec = rs.records[cell]
+        assert rec["world_size"] == 8 and rec["verdicts"]["h100-80gb"] == "fits", cell
+        need = rec["modelled_reserved_peak_bytes"] + verdicts.RESERVE_BYTES   # what a system monitor would add up
+        assert abs(need / published - 1) < 0.15, (cell, need / 1e9)
+
