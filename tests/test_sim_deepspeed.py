@@ -13,7 +13,7 @@ of its cause:
   partition per group, so it keeps one (sim counts 4 B per weight tensor: at most 4 x tensors).
 - DeepSpeed's bookkeeping scalars in the step (a few bytes) and ZeRO-3's parameter-coordinator
   buffers ("other"): under 0.1% of the peak here.
-- ZeRO-3 at world size 4: 96 bytes more parameter bytes in DeepSpeed's rank (not traced down).
+- sharded ZeRO-3: 64 (world size 2) and 96 (4) parameter bytes more in DeepSpeed's rank (not traced down).
 """
 from concurrent.futures import ThreadPoolExecutor
 
@@ -24,7 +24,7 @@ from bench.spec import matrix
 
 pytestmark = pytest.mark.slow
 TECHNIQUES = ["zero1+bf16", "zero2+bf16", "zero2+bf16+w2", "zero3+bf16", "zero2+amp-bf16", "lora+zero2+bf16",
-              "zero2+bf16+w4", "zero3+bf16+w4"]
+              "zero2+bf16+w4", "zero3+bf16+w2", "zero3+bf16+w4"]
 # ZeRO-3 with optimizer and parameter offload: the step runs on the host, where a cpu run's count of the
 # device stops (its optimizer phase reads 0), so forward, backward and the peak are compared
 OFFLOAD = ["zero3-offload+bf16+w2", "zero3-offload+bf16+w4"]
@@ -53,8 +53,9 @@ def test_sim_partitions_as_deepspeed_holds_it(pairs, technique):
     real, sim = pairs[technique]
     assert real["status"] == "ok", real["reason"]
     r, s = real["breakdown_bytes"], sim["breakdown_bytes"]
-    # ZeRO-3 at world size 4: 96 bytes more in DeepSpeed's (not traced down; under 128)
-    assert abs(s["parameters"] - r["parameters"]) <= (128 if real["world_size"] > 2 else 0)
+    # sharded ZeRO-3: 64 (w2) and 96 (w4) bytes more in DeepSpeed's (not traced down; under 128)
+    sharded3 = technique.startswith("zero3") and real["world_size"] > 1
+    assert abs(s["parameters"] - r["parameters"]) <= (128 if sharded3 else 0)
     assert s["activations"] == r["activations"]
     assert abs(s["optimizer"] - r["optimizer"]) <= STEP_COUNTERS
     assert abs(s["gradients"] - r["gradients"]) <= 0.003 * r["gradients"] + 1

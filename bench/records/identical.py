@@ -34,6 +34,8 @@ EXCLUDED = {
     "trace_file": "where the allocation trace was written (the results folder of that run); the trace's "
                   "replay, allocator_model, is compared",
     "timing_load": "what else the machine was doing while the steps were timed: context of the throughput",
+    "tracked_step_s": "the measured steps' own wall times, slowed by the tracker's Python on every op: context; the "
+                      "throughput is timed on untracked steps (bench/worker/train.py)",
 }
 THROUGHPUT = ("tokens_per_s", "step_s_median", "timed_s")
 MEASURED_MODES = ("cpu", "cuda")
