@@ -27,7 +27,7 @@ TECHNIQUES = ["zero1+bf16", "zero2+bf16", "zero2+bf16+w2", "zero3+bf16", "zero2+
               "zero2+bf16+w4", "zero3+bf16+w2", "zero3+bf16+w4"]
 # ZeRO-3 with optimizer and parameter offload: the step runs on the host, where a cpu run's count of the
 # device stops (its optimizer phase reads 0), so forward, backward and the peak are compared
-OFFLOAD = ["zero3-offload+bf16+w2", "zero3-offload+bf16+w4"]
+OFFLOAD = ["zero3-offload+bf16+w4"]
 STEP_COUNTERS = 4 * (9 * 4 + 3)  # tiny-llama's weight tensors, one 4-byte step each
 
 
@@ -68,7 +68,8 @@ def test_sim_partitions_as_deepspeed_holds_it(pairs, technique):
 
 @pytest.mark.parametrize("technique", OFFLOAD)
 def test_zero3_offload_per_rank_on_the_device(pairs, technique):
-    # measured 2026-11-26: w2 peak 74,432,921 real, 74,408,716 sim; w4 66,273,169 and 66,277,644
+    # measured 2026-11-26: w4 peak 66,273,169 real, 66,277,644 sim (w2, not run here to keep the suite under 20 min:
+    # 74,432,921 and 74,408,716)
     real, sim = pairs[technique]
     assert real["status"] == "ok", real["reason"]
     for phase in ("forward", "backward"):
