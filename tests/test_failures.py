@@ -38,9 +38,11 @@ def test_a_cell_that_raises_is_an_error_record_with_the_last_line(tmp_path, matr
     rec = launch.run_cell(spec, tmp_path / "w.log")
     assert rec["status"] == "error"
     assert "negative dimension" in rec["reason"]
-    # the traceback's last 4000 characters (bench/worker/main.py): its frames and the error, whose header
-    # ("Traceback ...") a long enough path cuts off (a fresh clone under /tmp/tmp.XXXXXXXXXX/ft does)
-    assert 'File "' in rec["log_tail"] and "negative dimension" in rec["log_tail"].strip().splitlines()[-1]
+    # the traceback within 4000 characters (bench/worker/main.py log_tail): its header, its last frames
+    # and the error, however long the paths (a fresh clone under /tmp/tmp.XXXXXXXXXX/ft makes them long)
+    lines = rec["log_tail"].strip().splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and len(rec["log_tail"]) <= 4000
+    assert 'File "' in rec["log_tail"] and "negative dimension" in lines[-1]
     assert checks.problems(rec) == []
 
 
@@ -130,3 +132,13 @@ def test_every_failure_kind_is_a_row(tmp_path, matrix_file):
     for cell, (status, reason) in expected.items():
         assert rows.loc[cell, "status"] == status, (cell, rows.loc[cell, "reason"])
         assert reason in rows.loc[cell, "reason"], (cell, rows.loc[cell, "reason"])
+
+
+def test_a_long_traceback_keeps_its_header_and_its_end():
+    from bench.worker.main import log_tail
+    tb = "Traceback (most recent call last):\n" + "".join(f'  File "/x/{i}.py", line {i}\n    f()\n'
+                                                          for i in range(400)) + "ValueError: the error\n"
+    out = log_tail(tb)
+    assert len(out) <= 4000 and out.startswith("Traceback (most recent call last):\n  ... (")
+    assert out.endswith("ValueError: the error\n") and '  File "/x/399.py", line 399' in out
+    assert log_tail("short") == "short"

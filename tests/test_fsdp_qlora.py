@@ -22,10 +22,11 @@ def cells(tmp_path, mode, techniques, gpus=("cpu",)):
                                                      "techniques": list(techniques)}}))
 
 
-# -- the per-rank fits search: each shape one simulation, judged by the per-rank figure and the load ----
+# -- the per-rank fits search: judged by the per-rank figure and the load ------------------------------
 def per_rank_spec(tmp_path):
-    # partitioned by formula (FSDP2 with offload): searched by full simulations, and only when asked;
-    # an FSDP2 cell without offload is one rank's trace, searched as any other
+    # partitioned by formula (FSDP2 with offload): its single-process trace interpolated and the record's
+    # rule applied (tests/test_fits.py holds that against full simulations); where the traces are not one
+    # polynomial family, by full simulations within the budget, as here
     spec = cells(tmp_path, "sim", ["qlora+fsdp-offload+gc+w2"],
                  gpus=("rtx-4090",))["tiny-llama__sim__qlora+fsdp-offload+gc+w2"]
     spec["verdict_gpus"] = {f"g{m}": {"kind": "cuda", "memory_bytes": verdicts.RESERVE_BYTES + m * MiB}
@@ -33,18 +34,23 @@ def per_rank_spec(tmp_path):
     return spec
 
 
-def test_multi_gpu_cells_are_searched_per_rank_only_when_asked(tmp_path):
+def test_a_formula_cell_whose_traces_are_no_family_is_searched_by_simulations_and_its_load(tmp_path):
     spec = per_rank_spec(tmp_path)
     calls = []
 
     def simulate(s, _log=None):  # the per-rank figure grows with tokens; the load holds 120 MiB per GPU
-        calls.append((s["batch_size"], s["seq_len"]))
-        return {"status": "ok", "_trace": {"columns": []}, "modelled_reserved_peak_bytes": s["batch_size"] * s["seq_len"] * 100_000,
+        b, n = s["batch_size"], s["seq_len"]
+        calls.append((b, n))
+        events = n // 256  # a chunk count that changes with the length: no polynomial family
+        trace = {"columns": {"kind": [1] * events, "serial": list(range(events)), "bytes": [b * 256 * 100_000] * events,
+                             "step": [0] * events, "phase": [0] * events, "op": [0] * events,
+                             "category": [0] * events},
+                 "ops": ["(direct)"], "reset_at": 0, "dropped_events": 0, "categories": ["other"], "phases": ["other"]}
+        return {"status": "ok", "_trace": trace, "modelled_reserved_peak_bytes": b * n * 100_000,
                 "details": {"load_phase": {"placement": "fsdp-meta", "placements": {"fsdp-meta": {"gpu_bytes": 120 * MiB}}}}}
-    skipped = fits.search(spec, simulate)
-    assert calls == [] and {r["seq_answer"] for r in skipped["rows"]} == {"error"}
-    assert "per rank" in skipped["rows"][0]["reason"]
-    doc = fits.search(spec, simulate, per_rank=True)
+    assert fits.not_searched(spec) is None  # the matrix searches it
+    doc = fits.search(spec, simulate)
+    assert "seq" in doc["not_exact"]
     rows = {r["gpu"]: r for r in doc["rows"]}
     assert rows["g100"]["seq_answer"] == "none"            # the load alone (120 MiB) does not fit 100 MiB
     for gpu, m in (("g300", 300), ("g3000", 3000)):

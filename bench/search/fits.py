@@ -27,9 +27,11 @@ drawn from a length distribution: no polynomial family).
 
 FSDP2 cells are simulated as their rank 0 runs them (bench/worker/sim/rankgroup.py) and searched as
 any cell (samples skip the single-process cross-check); the matrix leaves one whose own simulation
-took over ``RANK_SEARCH_S`` to the CLI. ZeRO and FSDP-offload cells are partitioned by formula
-(no trace to interpolate): each shape a full simulation, at most ``DIST_BUDGET`` per axis, so only
-``search(..., per_rank=True)`` (the CLI) runs them; the matrix gives them an error row saying so.
+took over ``RANK_SEARCH_S`` to the CLI. ZeRO and FSDP-offload cells are partitioned by formula from
+the single-process trace: that trace is interpolated as any cell's, and the record's per-rank rule
+(``details.per_rank_rule``, bench/estimate/partition.py) applied to it gives each shape's per-rank
+peak, the same rule the cell's own record was made with; where interpolation is not exact, each
+shape is a full simulation, at most ``DIST_BUDGET`` per axis.
 """
 from __future__ import annotations
 
@@ -51,8 +53,9 @@ RANK_SEARCH_S = 90  # a per-rank cell's own simulation, past which the matrix le
 
 
 def not_searched(spec: dict, per_rank: bool = False, own_s: float | None = None) -> str | None:
-    """Why this cell gets no search (an ``error`` row), or None. ``per_rank``: search ZeRO/FSDP
-    cells too (the CLI asks for it; the matrix's searches leave them out: module docstring)."""
+    """Why this cell gets no search (an ``error`` row), or None. ``per_rank``: search a per-rank traced
+    cell however long its own simulation took (the CLI asks for it; the matrix leaves one over
+    ``RANK_SEARCH_S``: module docstring)."""
     if spec["mode"] != "sim":
         return f"a {spec['mode']} cell: searches run over the simulation only"
     if spec["skip_reason"]:
@@ -66,10 +69,6 @@ def not_searched(spec: dict, per_rank: bool = False, own_s: float | None = None)
     if techniques.traced_per_rank(spec) and not per_rank and (own_s or 0) > RANK_SEARCH_S:
         return (f"{spec['knobs']['dist']} at world size {spec['world_size']}, one rank's step: its own simulation took "
                 f"{own_s:.0f} s and a search is about 6 of them, so the matrix leaves it to `ft-membench fit`")
-    if spec["knobs"]["dist"] and not per_rank and not techniques.traced_per_rank(spec):
-        return (f"{spec['knobs']['dist']} at world size {spec['world_size']}: judged per rank, each shape a full "
-                f"simulation (up to {2 * DIST_BUDGET} per GPU, minutes for a 70B model), so the matrix's searches "
-                "leave it out; `ft-membench fit` searches it")
     return None
 
 
@@ -162,16 +161,11 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
         shapes.prefetch(first)
         if shapes.reserved[(accum, r)] > max(caps.values(), default=0):
             return _none_rows(spec, gpus, shapes, t0)
-        if by_formula(spec):  # per rank by formula: no trace to interpolate (module docstring)
-            shapes.why_not = {a: f"{spec['knobs']['dist']} at world size {spec['world_size']}: per-rank figures "
-                                 "are partitioned phase peaks, not one trace" for a in ("seq", "batch")}
-            shapes.fits = {"seq": None, "batch": None}
-        else:
-            shapes.prefetch(points)
-            seq_axis(shapes, line, [(accum, s) for s in seqs])
-            # from batch 2 up: batch 1's step has a few events of its own (tests/test_fits.py), and a
-            # line through it failed the structure check in every search of the default matrix
-            shapes.axis("batch", batch, degree=1)
+        shapes.prefetch(points)
+        seq_axis(shapes, line, [(accum, s) for s in seqs])
+        # from batch 2 up: batch 1's step has a few events of its own (tests/test_fits.py), and a
+        # line through it failed the structure check in every search of the default matrix
+        shapes.axis("batch", batch, degree=1)
         plan, failed = {}, {}
         for name in ("seq", "batch"):
             n = s_limit // r if name == "seq" else BATCH_LIMIT // accum

@@ -1,6 +1,9 @@
 """One cell's modelled reserved peak at any (batch, seq), as the fits search (bench/search/fits.py)
 asks for it: by a trace interpolated along one axis where that is exact (bench/estimate/interp.py),
-else by simulating the shape; every answer cached, every simulation logged with its time (and, given ``say``, a progress line
+else by simulating the shape. A ZeRO/FSDP cell partitioned by formula interpolates its
+single-process trace and applies the record's per-rank rule to it (bench/estimate/partition.py
+``per_rank_reserved``), the same rule its record was made with; a ZeRO/FSDP cell's shape is judged
+at least by what one GPU holds while the model loads (``judged_bytes``); every answer cached, every simulation logged with its time (and, given ``say``, a progress line
 with the time left: bench/search/progress.py).
 """
 from __future__ import annotations
@@ -8,7 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bench.estimate import interp, replay
+from bench.estimate import interp, partition, replay
 from bench.search import progress
 from bench.spec import techniques
 
@@ -26,6 +29,8 @@ class Shapes:
         self.simulated: list[dict] = []                 # what was simulated, and how long it took
         self.fits: dict[str, interp.AxisFit | None] = {}
         self.why_not: dict[str, str] = {}
+        self.rule: dict | None = None   # a formula cell's per-rank rule, from its records (shape-independent)
+        self.floor = 0                  # what one GPU holds at load (ZeRO/FSDP), from its records
 
     def shape_spec(self, batch: int, seq: int) -> dict:
         """The cell at another shape; a sample needs no single-process cross-check of a per-rank step."""
@@ -53,6 +58,8 @@ class Shapes:
                                   f"{rec.get('reason') or 'no allocation trace'}")
             self.traces[(batch, seq)] = rec["_trace"]
             self.reserved[(batch, seq)] = judged_bytes(rec)
+            self.floor = max(self.floor, load_bytes(rec))
+            self.rule = (rec.get("details") or {}).get("per_rank_rule") or self.rule
             self.simulated.append({"batch": batch, "seq": seq, "s": took,
                                    "reserved_peak_bytes": rec["modelled_reserved_peak_bytes"]})
             self.pace.done(f"batch {batch} x {seq} tokens", took)
@@ -76,17 +83,19 @@ class Shapes:
         key = (batch, seq)
         if key not in self.reserved:
             fit = self.fits.get(name)
-            if fit is None or by_formula(self.spec) or (name == "batch" and batch < fit.xs[0]):
+            if fit is None or (name == "batch" and batch < fit.xs[0]) or (by_formula(self.spec) and not self.rule):
                 self.trace(batch, seq)  # simulated: sets reserved
             else:
-                t = fit.at(seq if name == "seq" else batch)
-                self.reserved[key] = replay.replay(t, self.spec["knobs"]["alloc_conf"], points=1)["reserved_peak_bytes"]
+                t, conf = fit.at(seq if name == "seq" else batch), self.spec["knobs"]["alloc_conf"]
+                got = (partition.per_rank_reserved(t, self.rule, conf) if by_formula(self.spec)
+                       else replay.replay(t, conf, points=1)["reserved_peak_bytes"])
+                self.reserved[key] = max(got, self.floor)
         return self.reserved[key]
 
 
 def by_formula(spec: dict) -> bool:
-    """A ZeRO/FSDP cell whose per-rank figures are partitioned by formula, not one rank's trace
-    (bench/spec/techniques.py ``traced_per_rank``): no trace of its to interpolate."""
+    """A ZeRO/FSDP cell whose per-rank figures are partitioned by formula from the single-process
+    trace, not one rank's trace (bench/spec/techniques.py ``traced_per_rank``)."""
     return bool(spec["knobs"]["dist"]) and not techniques.traced_per_rank(spec)
 
 
@@ -94,9 +103,14 @@ def judged_bytes(rec: dict) -> int:
     """The bytes a shape is judged by: the modelled reserved peak, and for a ZeRO/FSDP cell at
     least what one GPU holds while the model loads (bench/estimate/loadplan.py, the engine's
     placement), so a load that does not fit answers 'none' as the cell's verdict does."""
+    return max(rec["modelled_reserved_peak_bytes"], load_bytes(rec))
+
+
+def load_bytes(rec: dict) -> int:
+    """What one GPU holds while a ZeRO/FSDP cell's model loads, as its engine places it (0 for others):
+    the same at every shape."""
     load = (rec.get("details") or {}).get("load_phase") or {}
-    chosen = (load.get("placements") or {}).get(load.get("placement"), {})
-    return max(rec["modelled_reserved_peak_bytes"], chosen.get("gpu_bytes") or 0)
+    return (load.get("placements") or {}).get(load.get("placement"), {}).get("gpu_bytes") or 0
 
 
 class SearchError(RuntimeError):

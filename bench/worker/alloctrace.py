@@ -24,11 +24,11 @@ CUDA_HISTORY_ENTRIES = 100_000  # torch's default max_entries for _record_memory
 TIMELINE_POINTS = 240
 
 
-def attach(out: dict, tracker, spec: dict, gpus: dict) -> dict:
-    """Replay ``tracker``'s trace under the cell's PYTORCH_CUDA_ALLOC_CONF; add the record
-    fields to ``out`` and keep the trace for ``write``. Returns the replay's summary."""
+def attach(out: dict, tracker, spec: dict, gpus: dict, trace: dict | None = None) -> dict:
+    """Replay ``tracker``'s trace (``trace``: taken already) under the cell's PYTORCH_CUDA_ALLOC_CONF;
+    add the record fields to ``out`` and keep the trace for ``write``. Returns the replay's summary."""
     conf = spec["knobs"]["alloc_conf"]
-    trace = tracker.trace(conf)
+    trace = trace if trace is not None else tracker.trace(conf)
     model = replay.model(trace, conf, gpus, verdicts.RESERVE_BYTES)
     model["timeline"] = _thin(model["timeline"], TIMELINE_POINTS)
     model["rule"] = ("reserved memory modelled: the step's allocation trace (every storage's "

@@ -68,7 +68,7 @@ def main(spec_path: str, out_path: str) -> int:
         beyond_sim = sim_cannot_run(exc) if spec["mode"] == "sim" else ""
         rec["status"] = "skipped" if beyond_sim else "oom" if is_oom(exc) else "error"
         rec["reason"] = record.one_line(f"{beyond_sim}{type(exc).__name__}: {exc}")
-        rec["log_tail"] = traceback.format_exc()[-4000:]
+        rec["log_tail"] = log_tail(traceback.format_exc())
         rec["details"].update(getattr(exc, "details", {}))  # facts gathered before it failed
         if read:
             rec["details"]["inputs_read_sha256"] = read
@@ -89,6 +89,17 @@ def main(spec_path: str, out_path: str) -> int:
         return 1
     print(json.dumps(rec, sort_keys=True))
     return 1 if rank is not None and rec["status"] != "ok" else 0
+
+
+def log_tail(text: str, limit: int = 4000) -> str:
+    """A traceback within ``limit`` characters: its header line kept, then its last frames and the
+    error (the middle frames dropped and counted)."""
+    if len(text) <= limit:
+        return text
+    head, rest = text.split("\n", 1) if "\n" in text else ("", text)
+    tail = rest[-(limit - len(head) - 60):]
+    tail = tail[tail.find("\n") + 1:] if "\n" in tail else tail  # whole lines only
+    return f"{head}\n  ... ({len(rest) - len(tail)} characters of earlier frames left out)\n{tail}"
 
 
 def write_trace(rec: dict, out_path) -> None:

@@ -47,7 +47,7 @@ from __future__ import annotations
 from bench.worker.sim import peers, rankgroup, sharding
 from bench.worker import alloctrace, optimizers, train
 from bench.worker import dist as dist_mod
-from bench.estimate import speedmodel, verdicts
+from bench.estimate import partition, speedmodel, verdicts
 from bench.worker.sim.measure import Measured, measure
 
 CUDA_MODEL = ("CUDA caching-allocator rounding (512-byte blocks), CUDA attention kernels "
@@ -126,7 +126,6 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
     master_args = None
     if (spec["knobs"]["dist"] or "").startswith("zero"):
         master_args = _deepspeed_master(m.session, spec["knobs"], tracker.rounding, details)
-        phases = sharding.deepspeed_master(phases, spec["knobs"]["dist"], *master_args)
     if spec["knobs"]["dist"]:
         n, dist = spec["world_size"], spec["knobs"]["dist"]
         details["unpartitioned"] = {k: out[k] for k in ("peak_bytes", "breakdown_bytes", "phase_peak_bytes",
@@ -136,11 +135,11 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
         layout = _zero_layout(m, spec, tracker.rounding)
         if layout:
             details["zero_layout"] = layout
-        moments = sharding.rank_moments(tracker.trace(), dist, n, layout, tracker.rounding,
-                                        bool(master_args and master_args[2]))
-        if master_args:
-            moments = sharding.deepspeed_master(moments, dist, *master_args)
-        part = sharding.partition(phases, dist, n, units, whole, layout, moments)
+        trace = tracker.trace(spec["knobs"]["alloc_conf"])
+        rule = partition.rank_rule(dist, n, units, whole, layout, master_args, "cuda" if m.cuda_model else "exact")
+        details["per_rank_rule"] = rule  # the fits search applies it to interpolated traces (bench/search/shapes.py)
+        part = partition.per_rank(trace, rule)
+        phases = part.pop("phases")
         out.update(peak_bytes=part["peak_bytes"], breakdown_bytes=part["breakdown_bytes"],
                    phase_peak_bytes=part["phase_peak_bytes"], step_peak_bytes=None)
         states = sharding.partition({states_phase: phases[states_phase]}, dist, n, (), whole, layout)["breakdown_bytes"]
@@ -156,7 +155,7 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
     profiles = spec["verdict_gpus"]
     details.update(verdict_reserve_bytes=verdicts.RESERVE_BYTES, verdict_notes=verdicts.notes(spec["knobs"], profiles))
     if spec["knobs"]["dist"]:  # the trace is the single process's step: no per-rank replay
-        model = alloctrace.attach(out, tracker, spec, {})
+        model = alloctrace.attach(out, tracker, spec, {}, trace)
         reserved = out["peak_bytes"] + model["fragmentation_at_peak_bytes"]
         out["modelled_reserved_peak_bytes"] = reserved
         model["per_rank_estimate"] = ("modelled_reserved_peak_bytes = partitioned peak + this single-process "
