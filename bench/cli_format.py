@@ -49,8 +49,8 @@ def precision_hint(rec: dict, verdict: str | None) -> str:
     return ""
 
 
-def rank_note(rec: dict) -> str | None:
-    """The per-rank line for a sharded record, or None for a single-GPU one."""
+def rank_note(rec: dict, gpu: str | None = None) -> str | None:
+    """The per-rank line for a sharded record, or None for a single-GPU one (with ``gpu``: its NCCL buffers there)."""
     n = rec.get("world_size") or 1
     dist = (rec.get("knobs") or {}).get("dist")
     if n <= 1 or not dist:
@@ -58,6 +58,10 @@ def rank_note(rec: dict) -> str | None:
     details = rec.get("details") or {}
     parts = [f"per rank of {n} ({dist}): need is one GPU's; tokens/s is one rank's, the run's is x {n} "
              f"(data parallel: each rank trains its own batch of {rec.get('batch_size')})"]
+    nccl = ((details.get("nccl") or {}).get("by_gpu") or {}).get(gpu) if gpu else None
+    if nccl:
+        parts.append(f"NCCL's buffers (modelled, in the need): {nccl['bytes'] / GiB:.2f} GiB per GPU "
+                     f"({nccl['channels']} channels over {nccl['interconnect']}{', NVLS' if nccl.get('nvls') else ''})")
     load = details.get("load_phase") or {}
     placed = (load.get("placements") or {}).get(load.get("placement"), {})
     if placed.get("gpu_bytes"):

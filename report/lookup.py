@@ -80,11 +80,11 @@ def step_time_changes(w, wo) -> list[float]:
     return out
 
 
-def need_of(row) -> tuple[float | None, bool]:
-    """(bytes the cell asks of the card, whether that is only a lower bound)."""
+def need_of(row, gpu: str | None = None) -> tuple[float | None, bool]:
+    """(bytes the cell asks of the card ``gpu``, whether that is only a lower bound)."""
     if row["mode"] == "cuda":
         return (None, False) if missing(row["reserved_peak_bytes"]) else (float(row["reserved_peak_bytes"]), False)
-    return need_bytes(row)   # the CLI's need too (bench/estimate/measures.py)
+    return need_bytes(row, gpu)   # the CLI's need too (bench/estimate/measures.py): a rank's NCCL buffers on gpu
 
 
 def world_size(r) -> int:
@@ -107,8 +107,8 @@ def candidates(df: pd.DataFrame, multi: bool = False) -> list[dict]:
             verdict = {"ok": "fits", "oom": "oom"}.get(r["status"])
             pairs = [(r["gpu"], verdict, None if missing(r["gpu_memory_bytes"]) else int(r["gpu_memory_bytes"]))] \
                 if verdict else []
-        need, lower = need_of(r)
         for gpu, verdict, cap in pairs:
+            need, lower = need_of(r, gpu)
             out.append({"row": r, "model": r["model"], "gpu": gpu, "verdict": verdict, "capacity": cap,
                         "need": need if verdict != "oom" or r["mode"] == "sim" else None, "lower": lower,
                         "speed": speed_of(r, gpu) if r["mode"] == "sim" else None,

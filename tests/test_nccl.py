@@ -122,3 +122,53 @@ def test_nccl_964_buffers_fit_inside_the_published_totals(ranks, published_mib):
     rank0 = r["parts"]["ring"] + (r["channels"] * connection_bytes(True)[1] if ranks > 2 else 0)
     assert rank0 <= published_mib * MiB
     assert published_mib * MiB - rank0 == 256 * MiB
+
+
+# -- in a cell's answer: off the capacity, in the need, checked by the record gate -----------------------
+def test_profiles_give_their_interconnect_and_nvls():
+    from bench.spec import matrix
+    gpus = matrix.load()["qwen2.5-7b__sim__zero3+w8"]["verdict_gpus"]
+    got = nccl.by_gpu(8, gpus)
+    assert (got["h100-80gb"]["interconnect"], got["h100-80gb"]["nvls"]) == ("nvswitch", True)
+    assert (got["a100-80gb"]["interconnect"], got["a100-80gb"]["nvls"]) == ("nvswitch", False)
+    assert (got["rtx-4090"]["interconnect"], got["rtx-4090"]["nvls"]) == ("pcie", False)
+    assert nccl.by_gpu(1, gpus) == {} and "cpu" not in nccl.by_gpu(2, dict(gpus, cpu={"kind": "cpu"}))
+
+
+@pytest.mark.slow
+def test_a_sharded_cell_judges_and_needs_with_its_nccl_buffers():
+    """tiny-llama ZeRO-3 at 4 ranks in sim, on a made-up PCIe card sized so the step's modelled reserved
+    peak fits the allocator's capacity only without NCCL's 124 MiB: the verdict is oom, the need printed
+    counts them, the record gate re-derives them, and an edited figure is caught."""
+    import copy
+
+    import bitsandbytes  # noqa: F401  (module constants real, before the fake mode)
+
+    from bench.estimate import verdicts
+    from bench.estimate.measures import need_bytes
+    from bench.records import agreement, record
+    from bench.spec import matrix
+    from bench.worker.sim import simulate
+    from tests.test_fits import on_tiny_llama
+
+    spec = on_tiny_llama(matrix.load()["qwen2.5-7b__sim__zero3+w4"])
+    rec = record.blank(spec)
+    rec.update(simulate.run(spec))
+    rec.pop("_trace")
+    rec["status"], rec["reason"] = "ok", ""
+    reserved, nbytes = rec["modelled_reserved_peak_bytes"], nccl.device_bytes(4, "pcie")["bytes"]
+    assert nbytes == 124 * MiB
+    card = {"kind": "cuda", "memory_bytes": reserved + verdicts.RESERVE_BYTES + nbytes // 2, "nvlink_gbs": None}
+    spec["verdict_gpus"] = {"card": card}
+    rec = record.blank(spec)
+    rec.update(simulate.run(spec))
+    rec.pop("_trace")
+    rec["status"], rec["reason"] = "ok", ""
+    assert rec["details"]["nccl"]["by_gpu"]["card"]["bytes"] == nbytes
+    assert rec["verdicts"]["card"] != "fits"          # without NCCL's buffers it would fit
+    assert verdicts.from_estimate(reserved, rec["peak_bytes"], {"card": card}) == {"card": "fits"}
+    assert need_bytes(rec, "card")[0] == reserved + verdicts.RESERVE_BYTES + nbytes
+    assert agreement.disagreements(rec) == []
+    edited = copy.deepcopy(rec)
+    edited["details"]["nccl"]["by_gpu"]["card"]["bytes"] = 0
+    assert any("details.nccl.by_gpu.card.bytes" in p for p in agreement.disagreements(edited))

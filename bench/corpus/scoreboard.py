@@ -71,7 +71,8 @@ COMPARED_AS = {
     "active": "allocated peak without paged optimizer state",
     "not-stated": "measure not stated: compared as allocated (peak without paged optimizer state)",
     "reserved": "modelled reserved peak",
-    "nvidia-smi": "modelled reserved peak + CUDA context/BLAS reserve + resident paged state",
+    "nvidia-smi": "modelled reserved peak + CUDA context/BLAS reserve + resident paged state (+ NCCL buffers "
+                  "on several GPUs)",
 }
 GIB = 2**30
 
@@ -98,7 +99,8 @@ def simulated_figure(rec: dict, measure: str, gpu: str | None) -> tuple[int | No
         return int(reserved), COMPARED_AS[measure]
     if measure == "nvidia-smi":
         resident = ((details.get("paging") or {}).get(gpu) or {}).get("resident_bytes", 0)
-        return int(reserved) + verdicts.RESERVE_BYTES + int(resident), COMPARED_AS[measure]
+        from bench.estimate.measures import nccl_bytes  # a multi-GPU rank's NCCL buffers: on the card, outside torch
+        return int(reserved) + verdicts.RESERVE_BYTES + int(resident) + nccl_bytes(details, gpu), COMPARED_AS[measure]
     raise ValueError(f"unknown measure {measure!r}")
 
 

@@ -41,10 +41,14 @@ def _details(row) -> dict:
     return doc if isinstance(doc, dict) else {}
 
 
-def need_bytes(row) -> tuple[float | None, bool]:
-    """(modelled reserved peak + verdict reserve, whether that is only a lower bound), or (None, False)."""
-    reserve = _details(row).get("verdict_reserve_bytes")
+def need_bytes(row, gpu: str | None = None) -> tuple[float | None, bool]:
+    """(modelled reserved peak + verdict reserve, whether that is only a lower bound), or (None, False);
+    with ``gpu``, a multi-GPU rank's NCCL buffers on that GPU too (``details.nccl``, bench/estimate/nccl.py)."""
+    details = _details(row)
+    reserve = details.get("verdict_reserve_bytes")
     reserve = float(reserve) if isinstance(reserve, (int, float)) else 0.0
+    if gpu is not None:
+        reserve += nccl_bytes(details, gpu)
     modelled = _value(row, "modelled_reserved_peak_bytes")
     if modelled is not None:
         return float(modelled) + reserve, False
@@ -68,3 +72,12 @@ def comparable_step(row, gpu: str) -> tuple[dict | None, str]:
     if abs(tokens - full) > TOKENS_TOLERANCE * full:
         return None, f"its modelled step trains {tokens:.0f} of {full} tokens (batch x sequence)"
     return est, ""
+
+
+def nccl_bytes(details: dict, gpu: str) -> int:
+    """A multi-GPU rank's NCCL buffers on ``gpu`` as its record holds them (0 where none)."""
+    from bench.estimate import nccl
+    try:
+        return nccl.recorded(details).get(gpu, 0)
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return 0

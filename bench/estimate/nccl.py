@@ -107,3 +107,54 @@ def device_bytes(world_size: int, interconnect: str, nvls: bool | None = None,
             f"{' + NVLS 16 x 2 x 1 MiB x N + granules' if use_nvls else ''}")
     return {"bytes": sum(parts.values()), "channels": c, "per_channel_bytes": per_channel,
             "rule": rule, "parts": parts}
+
+
+# -- a cell's GPUs -------------------------------------------------------------------------------
+NVSWITCH_NVLINK_GBS = 300  # SXM boards (A100, H100, H200): 8 GPUs on NVSwitch; matrix/gpus.yaml nvlink_gbs
+
+
+def interconnect(profile: dict) -> str:
+    """The link a node of this GPU gives NCCL, from matrix/gpus.yaml: an SXM card (``nvlink_gbs`` of
+    300 GB/s a direction or more) sits on an NVSwitch board; any other card talks over PCIe (a
+    two-card NVLink bridge gives the same 4 channels, ``CHANNELS``)."""
+    return "nvswitch" if (profile.get("nvlink_gbs") or 0) >= NVSWITCH_NVLINK_GBS else "pcie"
+
+
+def setting(profile: dict) -> dict:
+    """The inputs of ``device_bytes`` a GPU profile gives: its interconnect, and NVLS (NVSwitch
+    multicast, Hopper and later: ``gpu_class`` hopper) on or off."""
+    link = interconnect(profile)
+    return {"interconnect": link, "nvls": link == "nvswitch" and profile.get("gpu_class") == "hopper"}
+
+
+def by_gpu(world_size: int, profiles: dict) -> dict[str, dict]:
+    """{gpu: {bytes, interconnect, nvls, channels, rule}} of one data-parallel communicator of
+    ``world_size`` ranks on each CUDA GPU of ``profiles``; empty at world size 1 or without CUDA GPUs.
+    NCCL makes its buffers at the communicator's first collectives, after the model is loaded: they
+    count in the step's need, not in the load's."""
+    if world_size <= 1:
+        return {}
+    out = {}
+    for gpu, prof in profiles.items():
+        if prof.get("kind") != "cuda":
+            continue
+        s = setting(prof)
+        got = device_bytes(world_size, s["interconnect"], s["nvls"])
+        out[gpu] = {"bytes": got["bytes"], **s, "channels": got["channels"], "rule": got["rule"]}
+    return out
+
+
+def recorded(details: dict) -> dict[str, int]:
+    """{gpu: NCCL bytes} a record's ``details.nccl`` holds (empty for a one-process cell)."""
+    return {g: int(v["bytes"]) for g, v in ((details or {}).get("nccl") or {}).get("by_gpu", {}).items()}
+
+
+def disagreements(details: dict, world_size: int) -> list[str]:
+    """Where a record's ``details.nccl`` is not what this rule gives for its own settings."""
+    out = []
+    for gpu, v in ((details or {}).get("nccl") or {}).get("by_gpu", {}).items():
+        want = device_bytes(world_size, v["interconnect"], v["nvls"])["bytes"]
+        if v.get("bytes") != want:
+            out.append(f"details.nccl.by_gpu.{gpu}.bytes is {v.get('bytes')!r}; NCCL's rule at world size "
+                       f"{world_size} over {v['interconnect']} (NVLS {'on' if v['nvls'] else 'off'}) gives {want}")
+    return out

@@ -186,22 +186,24 @@ def _add_frames(trace: dict, i: int, log: list, mark: int) -> None:
         entry["time_us"] = i
 
 
-def model(trace: dict, conf: str | None, gpus: dict, reserve_bytes: int) -> dict:
+def model(trace: dict, conf: str | None, gpus: dict, reserve_bytes: int, outside: dict | None = None) -> dict:
     """What a record keeps: the uncapped replay (no timeline rows beyond TIMELINE_POINTS) and,
     per GPU, ``first_oom``: None when the step fits, else the failing allocation under
     (memory - reserve). A GPU whose capacity holds the uncapped reserved peak never fails:
-    the allocator's decisions are the same as without a cap, so it is not replayed."""
-    free = replay(trace, conf)
+    the allocator's decisions are the same as without a cap, so it is not replayed. ``outside``:
+    {gpu: bytes} more held outside the allocator (a rank's NCCL buffers), off that GPU's capacity."""
+    free, outside = replay(trace, conf), outside or {}
     first_oom, retries = {}, {}
     for gpu, prof in gpus.items():
-        cap = prof["memory_bytes"] - reserve_bytes
+        cap = prof["memory_bytes"] - reserve_bytes - outside.get(gpu, 0)
         if free["reserved_peak_bytes"] <= cap:
             first_oom[gpu], retries[gpu] = None, 0
             continue
         capped = replay(trace, conf, capacity=cap, points=1)
         first_oom[gpu], retries[gpu] = capped["oom"], capped["alloc_retries"]
     free.update(first_oom=first_oom, alloc_retries_by_gpu=retries, source=SOURCE,
-                capacity_bytes_by_gpu={g: p["memory_bytes"] - reserve_bytes for g, p in gpus.items()},
+                capacity_bytes_by_gpu={g: p["memory_bytes"] - reserve_bytes - outside.get(g, 0)
+                                       for g, p in gpus.items()},
                 trace_events=len(trace["columns"]["kind"]), trace_max_events=trace["max_events"],
                 trace_dropped_events=trace["dropped_events"])
     return free

@@ -18,8 +18,10 @@ What a real process holds on the card:
   literature, 182 MiB under what the H200 showed.)
 
 The allocator may use ``memory_bytes - RESERVE_BYTES`` (the replay's capacity; ``memory_bytes``
-is the CUDA runtime's total, matrix/gpus.yaml). Communication buffers (NCCL) of a multi-GPU
-run are not included. CUDA unified memory (bitsandbytes' paged optimizer states) is outside the
+is the CUDA runtime's total, matrix/gpus.yaml). A multi-GPU rank also holds NCCL's own device
+buffers outside the allocator, modelled from NCCL's defaults for the world size and the GPU's
+interconnect (bench/estimate/nccl.py, the record's ``details.nccl``): its capacity is that much
+smaller (``capacity``'s ``outside``), and the need printed counts them (bench/estimate/measures.py). CUDA unified memory (bitsandbytes' paged optimizer states) is outside the
 caching allocator: it is not in the replay's reserved peak, stays resident in what that leaves,
 and is paged to host memory beyond it (``paging``): such a step fits, with paging.
 """
@@ -31,30 +33,34 @@ BLAS_WORKSPACE_BYTES = 64 * MiB
 # a training process's memory outside the caching allocator, measured on an H200 (module docstring)
 RESERVE_BYTES = 768 * MiB
 RULE = (f"capacity = GPU memory - {RESERVE_BYTES // MiB} MiB reserve (memory outside the caching allocator: CUDA "
-        "context, cuBLAS/cuBLASLt workspaces, kernels; measured 742-758 MiB on an H200); the step's allocation "
+        "context, cuBLAS/cuBLASLt workspaces, kernels; measured 742-758 MiB on an H200), and on several GPUs "
+        "- NCCL's buffers (modelled, details.nccl); the step's allocation "
         "trace is replayed through the CUDA caching-allocator "
         "model (bench/estimate/allocator.py); fits: the modelled reserved peak <= capacity; tight: it is not, but "
         "the replay under the capacity succeeds by releasing cached segments and retrying (slower, "
         "synchronizing cudaFree); oom: an allocation fails under the capacity")
-ESTIMATE_RULE = (f"capacity = GPU memory - {RESERVE_BYTES // MiB} MiB reserve; reserved is estimated per rank as "
+ESTIMATE_RULE = (f"capacity = GPU memory - {RESERVE_BYTES // MiB} MiB reserve - NCCL's buffers (modelled, "
+                 "details.nccl); reserved is estimated per rank as "
                  "the partitioned allocated peak plus the single-process replay's fragmentation at its peak "
                  "(no per-rank trace is replayed); fits: reserved <= capacity; tight: only the allocated peak "
                  "<= capacity (the allocator would have to release its cache); oom: allocated peak > capacity")
 
 
-def capacity(profile: dict) -> int:
-    """Bytes the caching allocator may reserve on this GPU."""
-    return profile["memory_bytes"] - RESERVE_BYTES
+def capacity(profile: dict, outside: int = 0) -> int:
+    """Bytes the caching allocator may reserve on this GPU; ``outside``: more device memory held
+    outside it on this GPU (a multi-GPU rank's NCCL buffers, bench/estimate/nccl.py)."""
+    return profile["memory_bytes"] - RESERVE_BYTES - outside
 
 
-def from_replay(model: dict, profiles: dict) -> dict[str, str]:
-    """{gpu: verdict} from bench.estimate.replay.model's result (``reserved_peak_bytes``, ``first_oom``)."""
-    out = {}
+def from_replay(model: dict, profiles: dict, outside: dict | None = None) -> dict[str, str]:
+    """{gpu: verdict} from bench.estimate.replay.model's result (``reserved_peak_bytes``, ``first_oom``,
+    replayed under the same ``outside`` bytes per GPU)."""
+    out, outside = {}, outside or {}
     for gpu, prof in profiles.items():
         if model["first_oom"].get(gpu) is not None:
             out[gpu] = "oom"
         else:
-            out[gpu] = "fits" if model["reserved_peak_bytes"] <= capacity(prof) else "tight"
+            out[gpu] = "fits" if model["reserved_peak_bytes"] <= capacity(prof, outside.get(gpu, 0)) else "tight"
     return out
 
 
@@ -103,11 +109,12 @@ def paging_notes(pages: dict) -> dict[str, str]:
             for gpu, p in pages.items() if p["paged_out_bytes"] > 0}
 
 
-def from_estimate(reserved_bytes: int, allocated_bytes: int, profiles: dict) -> dict[str, str]:
+def from_estimate(reserved_bytes: int, allocated_bytes: int, profiles: dict,
+                  outside: dict | None = None) -> dict[str, str]:
     """{gpu: verdict} where no trace of the GPU's own step exists (ESTIMATE_RULE)."""
-    out = {}
+    out, outside = {}, outside or {}
     for gpu, prof in profiles.items():
-        cap = capacity(prof)
+        cap = capacity(prof, outside.get(gpu, 0))
         out[gpu] = "fits" if reserved_bytes <= cap else "tight" if allocated_bytes <= cap else "oom"
     return out
 

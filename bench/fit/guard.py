@@ -97,7 +97,7 @@ def _num(value):
 def recipe_object(line: dict, gpu: str, cap: int, host_bytes: int | None = None) -> dict:
     rec = line.get("record") or {}
     row = line.get("fit") or {}
-    need, _ = need_bytes(rec) if rec else (None, False)  # as the table and the report: modelled peak + reserve
+    need, _ = need_bytes(rec, gpu) if rec else (None, False)  # as the table and the report: modelled peak + reserve
     need = int(need) if need is not None else None
     est = ((rec.get("details") or {}).get("speed_model") or {}).get(gpu) or {}
     world = rec.get("world_size") or 1

@@ -65,7 +65,7 @@ def compare(line: dict, rec: dict, gpu: str) -> dict:
     nvml = cuda.get("nvml") or {}
     used = nvml.get("device_used_peak_bytes")
     before = cuda.get("device_used_before_bytes")
-    need, _ = need_bytes(pred) if pred else (None, False)
+    need, _ = need_bytes(pred, gpu) if pred else (None, False)
     measured = {"status": rec.get("status"), "reason": rec.get("reason"),
                 "allocated_peak_bytes": rec.get("peak_bytes") if rec.get("status") == "ok" else None,
                 "reserved_peak_bytes": rec.get("reserved_peak_bytes") if rec.get("status") == "ok" else None,

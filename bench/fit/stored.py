@@ -13,7 +13,7 @@ import csv
 import json
 from pathlib import Path
 
-from bench.estimate import verdicts
+from bench.estimate import nccl, verdicts
 from bench.records import agreement, checks, record, reuse
 from bench.search import fits_csv
 from bench.spec import inputs
@@ -102,7 +102,9 @@ def stored_fits(spec: dict, results: Path, gpu: str, here: dict | None = None,
     bench/records/reuse.py's rule (as records are), and where."""
     here = here or reuse.versions()
     prof = spec["verdict_gpus"].get(gpu)
-    cap = verdicts.capacity(prof) if prof else None
+    # a rank's NCCL buffers come off the capacity, as the search judged it (bench/search/fits.py)
+    outside = nccl.by_gpu(spec.get("world_size") or 1, {gpu: prof}).get(gpu, {}).get("bytes", 0) if prof else 0
+    cap = verdicts.capacity(prof, outside) if prof else None
 
     def kept(doc, path):
         ok, note = reuse.accepts(reuse.search_versions(doc, path, spec["cell"]), here, resimulate)

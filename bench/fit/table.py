@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench import cli_format
 from bench.estimate import speedcv, verdicts
-from bench.estimate.measures import need_bytes
+from bench.estimate.measures import need_bytes, nccl_bytes
 from bench.fit.stored import ROOT
 from bench.search import fits_csv
 
@@ -36,14 +36,16 @@ def speed(rec: dict, gpu: str) -> str:
     return f"{est['step_s']:.2f} s/step, {est['tokens_per_s']:.0f} tokens/s ({speedcv.short(est.get('calibration'))})"
 
 
-def tight_line(rec: dict, need, profile: dict) -> str | None:
+def tight_line(rec: dict, need, profile: dict, gpu: str | None = None) -> str | None:
     """What a tight verdict rests on, in its numbers (issue 37: "tight" read as a small overrun when
     the need was 8.4 GiB over): the allocations fit, only the modelled reserve does not."""
     alloc = rec.get("peak_bytes")
     if not need or not isinstance(alloc, (int, float)):
         return None
-    card, reserve = profile["memory_bytes"], verdicts.RESERVE_BYTES
-    return (f"tight: the step's allocations fit ({(alloc + reserve) / GiB:.2f} GiB with the CUDA reserve, of "
+    outside = nccl_bytes(rec.get("details") or {}, gpu) if gpu else 0
+    card, reserve = profile["memory_bytes"], verdicts.RESERVE_BYTES + outside
+    nccl_said = " and NCCL's buffers" if outside else ""
+    return (f"tight: the step's allocations fit ({(alloc + reserve) / GiB:.2f} GiB with the CUDA reserve{nccl_said}, of "
             f"{card / GiB:.2f}); the allocator's modelled cache does not (need {need / GiB:.2f} GiB, "
             f"{(need - card) / GiB:.2f} over): it runs only by releasing cached segments and retrying (slower), "
             "and fragmentation may still end it out of memory")
@@ -84,7 +86,7 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         if (rec.get("world_size") or 1) > 1 and (i == 0 or ((lines[i - 1].get("record") or {}).get("world_size") or 1) == 1):
             out.append("on several GPUs (need, speed and verdict per rank):")
         serving = bool((rec.get("details") or {}).get("vllm"))   # a vLLM plan: its line under the row says it
-        need, lower = need_bytes(rec) if rec.get("status") == "ok" and not serving else (None, False)  # the report's
+        need, lower = need_bytes(rec, gpu) if rec.get("status") == "ok" and not serving else (None, False)  # the report's
         row = ln.get("fit")
         seq = fits_csv.answer_text(row, "seq") if row else "not searched"
         bat = fits_csv.answer_text(row, "batch") if row else "not searched"
@@ -97,9 +99,9 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         for what, text, width in (("largest sequence", seq, 47), ("largest batch", bat, 40)):
             if len(text) > width and not (what == "largest batch" and text == seq):  # whole, never cut mid-word
                 out.append(f"    {what}: {text}")
-        if cli_format.rank_note(rec):
-            out.append(f"    {cli_format.rank_note(rec)}")
-        if ln.get("verdict") == "tight" and (said := tight_line(rec, need, profile)):
+        if cli_format.rank_note(rec, gpu):
+            out.append(f"    {cli_format.rank_note(rec, gpu)}")
+        if ln.get("verdict") == "tight" and (said := tight_line(rec, need, profile, gpu)):
             out.append(f"    {said}")
         note = ((rec.get("details") or {}).get("verdict_notes") or {}).get(gpu)
         if note and ln.get("verdict") != "fits" and note.startswith("fits, with paging"):
@@ -116,7 +118,7 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         out.append(f"speed: modelled, {cal.split(' (', 1)[0]}; {speedcv.note(cal)}.")
     out.append(f"need: the modelled reserved peak of one step plus the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB "
                "CUDA reserve (context, cuBLAS workspaces), the figure the verdict sets against the card's memory and "
-               "the report's need (per rank for ZeRO/FSDP, whose speed is per rank and for the run; '>=' where no "
+               "the report's need (per rank for ZeRO/FSDP, with NCCL's buffers, whose speed is per rank and for the run; '>=' where no "
                "reserved peak was modelled). Where each answer came from:")
     for ln in lines:
         out.append(f"  {ln['technique']}: record {_short(ln.get('source', '-'))}; fits {_short(ln.get('fits_source', '-'))}")
@@ -136,7 +138,7 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         for ln in good[:5]:
             row = ln.get("fit")
             reach = f"largest sequence at batch 1: {fits_csv.answer_text(row, 'seq')}" if row else "not searched"
-            need, _ = need_bytes(ln["record"])
+            need, _ = need_bytes(ln["record"], gpu)
             room = f"; headroom {(profile['memory_bytes'] - need) / GiB:.2f} GiB" if need else ""
             if row and str(row.get("max_seq_at_batch1")) == str(ln["record"].get("seq_len")):
                 room += " (the asked length is its longest: no room for longer samples)"  # the trade, said

@@ -17,7 +17,7 @@ next context past the largest that fit (the search's ``peak_at_next_*``). Torch-
 from __future__ import annotations
 
 from bench.estimate import speedcv, verdicts
-from bench.estimate.measures import need_bytes
+from bench.estimate.measures import need_bytes, nccl_bytes
 from bench.search import fits_csv
 from bench.spec.techniques import BNB_OPTIMIZERS, knobs
 
@@ -62,10 +62,16 @@ def changes(names: list[str]) -> list[tuple[str, list[str]]]:
             and (not what.startswith("8-bit") or knobs(new)["optimizer"] in BNB_OPTIMIZERS)]
 
 
-def _need(line: dict):
-    """The need as the table and the report give it: modelled reserved peak + the CUDA reserve."""
-    need, _ = need_bytes(line.get("record") or {}) if line.get("record") else (None, False)
+def _need(line: dict, gpu: str):
+    """The need as the table and the report give it: modelled reserved peak + the CUDA reserve (+ a
+    multi-GPU rank's NCCL buffers on ``gpu``)."""
+    need, _ = need_bytes(line.get("record") or {}, gpu) if line.get("record") else (None, False)
     return int(need) if need is not None else None
+
+
+def _outside(line: dict, gpu: str) -> int:
+    """A multi-GPU recipe's NCCL buffers on ``gpu`` (bench/estimate/nccl.py), 0 on one GPU."""
+    return nccl_bytes((line.get("record") or {}).get("details") or {}, gpu)
 
 
 def _step(line: dict, gpu: str):
@@ -106,13 +112,13 @@ def dtype_change(line: dict, base: dict) -> str | None:
 
 
 def _hint(what: str, line: dict, base: dict, gpu: str, cap: int) -> dict:
-    need = _need(line)
+    need = _need(line, gpu)
     also = dtype_change(line, base)
     cost = _speed_cost(line, base, gpu)
     return {"kind": "to-fit", "change": what, "technique": line["technique"], "verdict": line.get("verdict"),
             "fits": line.get("verdict") == "fits", "need_bytes": need,
-            "saves_bytes": (_need(base) - need) if need is not None and _need(base) is not None else None,
-            "headroom_bytes": cap + verdicts.RESERVE_BYTES - need if need is not None else None,
+            "saves_bytes": (_need(base, gpu) - need) if need is not None and _need(base, gpu) is not None else None,
+            "headroom_bytes": cap + verdicts.RESERVE_BYTES + _outside(base, gpu) - need if need is not None else None,
             "speed_cost": _with_also(cost, also, _step(line, gpu)[0], _step(base, gpu)[0]),
             "also_changes": also, "step_s": _step(line, gpu)[0],
             "provenance": "sim (memory); modelled (speed)", "source": line.get("source")}
@@ -139,7 +145,7 @@ def shape_hints(base: dict, gpu: str, cap: int) -> list[dict]:
         accum = -(-batch // top_b)
         out.append({"kind": "to-fit", "change": f"batch {batch} -> {top_b} (ga{accum} keeps the effective batch)",
                     "technique": base["technique"], "verdict": "fits", "fits": True,
-                    "need_bytes": _plus(row.get("peak_at_max_batch_bytes")),
+                    "need_bytes": _plus(row.get("peak_at_max_batch_bytes"), _outside(base, gpu)),
                     "headroom_bytes": cap - _int(row["peak_at_max_batch_bytes"]) if row.get("peak_at_max_batch_bytes")
                     else None, "speed_cost": f"{top_b / batch:.0%} of the tokens per step; speed not modelled at "
                                              "that shape", "step_s": None,
@@ -153,7 +159,7 @@ def shape_hints(base: dict, gpu: str, cap: int) -> list[dict]:
             if top_s < seq else (f"batch {batch} -> 1 (ga{batch} keeps the effective batch), which also takes contexts "
                                  f"up to {top_s} tokens", f"{1 / batch:.0%} of the tokens per step at {seq} tokens")
         out.append({"kind": "to-fit", "change": what, "technique": base["technique"],
-                    "verdict": "fits", "fits": True, "need_bytes": _plus(row.get("peak_at_max_seq_bytes")),
+                    "verdict": "fits", "fits": True, "need_bytes": _plus(row.get("peak_at_max_seq_bytes"), _outside(base, gpu)),
                     "headroom_bytes": cap - _int(row["peak_at_max_seq_bytes"]) if row.get("peak_at_max_seq_bytes")
                     else None, "speed_cost": f"{cost}; speed not modelled at that shape",
                     "step_s": None, "provenance": "sim (the recipe's search)", "source": base.get("fits_source")})
@@ -189,7 +195,7 @@ def next_step(base: dict, gpu: str, cap: int) -> list[dict]:
             out.append({"kind": "next-step",
                         "change": f"{axis}: fits up to the limit searched ({value} {unit}); nothing above it was asked",
                         "technique": base["technique"], "verdict": "fits", "fits": True,
-                        "need_bytes": _plus(row.get(peak)), "headroom_bytes": cap - _int(row[peak])
+                        "need_bytes": _plus(row.get(peak), _outside(base, gpu)), "headroom_bytes": cap - _int(row[peak])
                         if row.get(peak) else None, "speed_cost": "-", "step_s": None,
                         "provenance": "sim (the recipe's search)", "source": base.get("fits_source")})
             continue
@@ -199,8 +205,8 @@ def next_step(base: dict, gpu: str, cap: int) -> list[dict]:
             f"{axis} {below} {unit} does not fit; {value} does; between them not searched (the search's budget ran out)"
         out.append({"kind": "next-step", "change": change,
                     "technique": base["technique"], "verdict": "does-not-fit" if need else "not searched", "fits": False,
-                    "need_bytes": _plus(need), "headroom_bytes": cap - need if need else None,
-                    "at_largest_bytes": _plus(row.get(peak)), "speed_cost": "-", "step_s": None,
+                    "need_bytes": _plus(need, _outside(base, gpu)), "headroom_bytes": cap - need if need else None,
+                    "at_largest_bytes": _plus(row.get(peak), _outside(base, gpu)), "speed_cost": "-", "step_s": None,
                     "provenance": "sim (the recipe's search)", "source": base.get("fits_source")})
     return out
 
@@ -208,7 +214,7 @@ def next_step(base: dict, gpu: str, cap: int) -> list[dict]:
 def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict]:
     """The hints for one answered recipe (``base``: a line of the fit answer). ``evaluate(list of
     technique lists) -> lines`` answers recipes as the fit command does."""
-    cap = verdicts.capacity(profile)
+    cap = verdicts.capacity(profile, _outside(base, gpu))  # the search's peaks are the asked recipe's
     if base.get("verdict") == "fits":
         return [dict(h, also_changes=None) for h in next_step(base, gpu, cap)]
     if (base.get("record") or {}).get("status") != "ok":
@@ -247,10 +253,11 @@ def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict
     return [dict(h, also_changes=h.get("also_changes")) for h in out]  # one set of keys for every hint
 
 
-def _plus(value):
-    """A search's modelled reserved peak as a need (the table's and the report's): plus the CUDA reserve."""
+def _plus(value, outside: int = 0):
+    """A search's modelled reserved peak as a need (the table's and the report's): plus the CUDA reserve
+    and ``outside`` (a multi-GPU rank's NCCL buffers)."""
     value = _int(value)
-    return value + verdicts.RESERVE_BYTES if value is not None else None
+    return value + verdicts.RESERVE_BYTES + outside if value is not None else None
 
 
 def _int(value):

@@ -23,12 +23,15 @@ What is re-derived, per kind of ok sim record:
   ``verdicts.after_load``);
 - a vLLM plan: each GPU's plan is ``workloads.plan`` of its own figures on that card, and the
   verdict ``workloads.verdict`` of it;
+- a sharded step of either kind: each GPU's NCCL buffers (``details.nccl``) are what
+  bench/estimate/nccl.py gives for the record's world size and that GPU's interconnect, and the
+  verdicts above are judged with them off the capacity;
 - every kind: ``details.verdict_reserve_bytes`` is ``verdicts.RESERVE_BYTES`` (the need printed,
-  bench/estimate/measures.need_bytes, is the modelled peak plus it).
+  bench/estimate/measures.need_bytes, is the modelled peak plus it, and a rank's NCCL buffers).
 """
 from __future__ import annotations
 
-from bench.estimate import loadplan, verdicts
+from bench.estimate import loadplan, nccl, verdicts
 from bench.spec import workloads
 
 
@@ -49,10 +52,12 @@ def disagreements(rec: dict) -> list[str]:
         model = rec["allocator_model"]
         if not isinstance(model, dict):
             return out + ["allocator_model missing: the replay the verdicts come from is not in the record"]
-        if rec["knobs"].get("dist") and details.get("rank_program"):
-            return out + _replayed(rec, details, model, profiles, per_rank=True)
         if rec["knobs"].get("dist"):
-            return out + _sharded(rec, details, model, profiles)
+            out += nccl.disagreements(details, rec["world_size"])
+            outside = nccl.recorded(details)
+            if details.get("rank_program"):
+                return out + _replayed(rec, details, model, profiles, per_rank=True, outside=outside)
+            return out + _sharded(rec, details, model, profiles, outside)
         return out + _replayed(rec, details, model, profiles)
     except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError) as exc:
         return [f"the verdicts cannot be re-derived from the record's own fields ({type(exc).__name__}: {exc})"]
@@ -66,27 +71,28 @@ def _differ(name: str, stored, derived) -> list[str]:
             for g in sorted(set(stored) | set(derived)) if stored.get(g) != derived.get(g)]
 
 
-def _replayed(rec: dict, details: dict, model: dict, profiles: dict, per_rank: bool = False) -> list[str]:
-    out = []
+def _replayed(rec: dict, details: dict, model: dict, profiles: dict, per_rank: bool = False,
+              outside: dict | None = None) -> list[str]:
+    out, outside = [], outside or {}
     reserved = model["reserved_peak_bytes"]
     if rec["modelled_reserved_peak_bytes"] != reserved:
         out.append(f"modelled_reserved_peak_bytes is {rec['modelled_reserved_peak_bytes']!r}, its replay's "
                    f"(allocator_model.reserved_peak_bytes) is {reserved!r}")
     out += _differ("allocator_model.capacity_bytes_by_gpu", model.get("capacity_bytes_by_gpu"),
-                   {g: verdicts.capacity(p) for g, p in profiles.items()})
+                   {g: verdicts.capacity(p, outside.get(g, 0)) for g, p in profiles.items()})
     first_oom = model["first_oom"]
     for gpu, prof in profiles.items():
         if gpu not in first_oom:
             out.append(f"allocator_model.first_oom has no entry for {gpu}")
-        elif first_oom[gpu] is not None and reserved <= verdicts.capacity(prof):
+        elif first_oom[gpu] is not None and reserved <= verdicts.capacity(prof, outside.get(gpu, 0)):
             out.append(f"allocator_model.first_oom.{gpu} is a failed allocation, yet the replay's reserved peak "
-                       f"{reserved} fits its capacity {verdicts.capacity(prof)}")
+                       f"{reserved} fits its capacity {verdicts.capacity(prof, outside.get(gpu, 0))}")
     if out:
         return out
     if per_rank:
         out, load_verdicts = _load_plan(rec, details, profiles)
-        return out + _differ("verdicts", rec["verdicts"], verdicts.after_load(verdicts.from_replay(model, profiles),
-                                                                          load_verdicts))
+        return out + _differ("verdicts", rec["verdicts"], verdicts.after_load(
+            verdicts.from_replay(model, profiles, outside), load_verdicts))
     out += _differ("verdicts", rec["verdicts"], verdicts.from_replay(model, profiles))
     load = details.get("load_phase")
     if isinstance(load, dict):
@@ -100,13 +106,13 @@ def _replayed(rec: dict, details: dict, model: dict, profiles: dict, per_rank: b
     return out
 
 
-def _sharded(rec: dict, details: dict, model: dict, profiles: dict) -> list[str]:
+def _sharded(rec: dict, details: dict, model: dict, profiles: dict, outside: dict) -> list[str]:
     reserved = rec["peak_bytes"] + model["fragmentation_at_peak_bytes"]
     if rec["modelled_reserved_peak_bytes"] != reserved:
         return [f"modelled_reserved_peak_bytes is {rec['modelled_reserved_peak_bytes']!r}, its own peak_bytes plus "
                 f"the replay's fragmentation at its peak (allocator_model.fragmentation_at_peak_bytes) is {reserved}"]
     out, load_verdicts = _load_plan(rec, details, profiles)
-    derived = verdicts.after_load(verdicts.from_estimate(reserved, rec["peak_bytes"], profiles), load_verdicts)
+    derived = verdicts.after_load(verdicts.from_estimate(reserved, rec["peak_bytes"], profiles, outside), load_verdicts)
     return out + _differ("verdicts", rec["verdicts"], derived)
 
 

@@ -12,7 +12,8 @@ against, two answers:
 - the largest batch at the study's sequence length that fits, on a grid of the technique's
   micro-batch count (1 unless gradient accumulation splits it) up to ``BATCH_LIMIT``.
 
-"Fits" is the verdict rule in force (bench/estimate/verdicts.py); each answer keeps its evidence
+"Fits" is the verdict rule in force (bench/estimate/verdicts.py; on several GPUs, NCCL's buffers off
+each GPU's capacity, bench/estimate/nccl.py); each answer keeps its evidence
 (the modelled reserved peak at the answer and at the next grid step up); past the limit it is
 ``beyond``, below the smallest shape ``none``; an exact search whose budget ran out between two
 shapes is ``bracketed`` (at least one, below the other). How it is fast and still exact: the
@@ -41,7 +42,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.estimate import replay, verdicts
+from bench.estimate import nccl, replay, verdicts
 from bench.records import atomic, checks
 from bench.search.fits_csv import BATCH_LIMIT, RESOLUTION_TOKENS, collect, row, seq_limit
 from bench.search.shapes import SearchError, Shapes, by_formula, judged_bytes
@@ -144,7 +145,8 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
     shapes = Shapes(spec, simulate, log_dir, simulate_many, say)
     if reuse is not None:
         shapes.add(spec["batch_size"], spec["seq_len"], *reuse)
-    caps = {g: verdicts.capacity(p) for g, p in gpus.items()}
+    outside = {g: v["bytes"] for g, v in nccl.by_gpu(spec.get("world_size") or 1, gpus).items()}  # a rank's NCCL buffers
+    caps = {g: verdicts.capacity(p, outside.get(g, 0)) for g, p in gpus.items()}
     s_limit = seq_limit(spec)
     r = RESOLUTION_TOKENS
     try:

@@ -24,12 +24,13 @@ CUDA_HISTORY_ENTRIES = 100_000  # torch's default max_entries for _record_memory
 TIMELINE_POINTS = 240
 
 
-def attach(out: dict, tracker, spec: dict, gpus: dict, trace: dict | None = None) -> dict:
+def attach(out: dict, tracker, spec: dict, gpus: dict, trace: dict | None = None, outside: dict | None = None) -> dict:
     """Replay ``tracker``'s trace (``trace``: taken already) under the cell's PYTORCH_CUDA_ALLOC_CONF;
-    add the record fields to ``out`` and keep the trace for ``write``. Returns the replay's summary."""
+    add the record fields to ``out`` and keep the trace for ``write``; ``outside``: {gpu: bytes} held
+    outside the allocator besides the reserve (a rank's NCCL buffers). Returns the replay's summary."""
     conf = spec["knobs"]["alloc_conf"]
     trace = trace if trace is not None else tracker.trace(conf)
-    model = replay.model(trace, conf, gpus, verdicts.RESERVE_BYTES)
+    model = replay.model(trace, conf, gpus, verdicts.RESERVE_BYTES, outside)
     model["timeline"] = _thin(model["timeline"], TIMELINE_POINTS)
     model["rule"] = ("reserved memory modelled: the step's allocation trace (every storage's "
                      "allocation and free, as the tracker saw them) replayed through a model of PyTorch's "

@@ -162,7 +162,8 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
                                       "replay's fragmentation at its peak; the figures here are the single process's")
         details["verdict_rule"] = verdicts.ESTIMATE_RULE
         details["load_phase"] = multi_process_load(m.session.model, spec, model, profiles, units, out)
-        out["verdicts"] = verdicts.after_load(verdicts.from_estimate(reserved, out["peak_bytes"], profiles),
+        outside = nccl_details(spec, details)
+        out["verdicts"] = verdicts.after_load(verdicts.from_estimate(reserved, out["peak_bytes"], profiles, outside),
                                               details["load_phase"]["verdicts"])
         for gpu, v in details["load_phase"]["verdicts"].items():
             if v != "fits":
@@ -232,16 +233,28 @@ def per_rank(spec: dict, m: Measured, single: Measured | None, gathered_peers: d
         details["unpartitioned"] = {k: single.out[k] for k in ("peak_bytes", "breakdown_bytes", "phase_peak_bytes",
                                                                "step_peak_bytes")}
     details.update(verdict_reserve_bytes=verdicts.RESERVE_BYTES, verdict_notes=verdicts.notes(spec["knobs"], profiles))
-    model = alloctrace.attach(out, tracker, spec, profiles)
+    outside = nccl_details(spec, details)
+    model = alloctrace.attach(out, tracker, spec, profiles, outside=outside)
     model["per_rank"] = "the trace replayed is rank 0's own step, from its shards placed at load"
     details["verdict_rule"] = verdicts.RULE + "; the trace is rank 0's own step (FSDP2 over a fake process group)"
     details["load_phase"] = multi_process_load(m.session.model, spec, model, profiles, units, out)
-    out["verdicts"] = verdicts.after_load(verdicts.from_replay(model, profiles), details["load_phase"]["verdicts"])
+    out["verdicts"] = verdicts.after_load(verdicts.from_replay(model, profiles, outside),
+                                          details["load_phase"]["verdicts"])
     for gpu, v in details["load_phase"]["verdicts"].items():
         if v != "fits":
             details["verdict_notes"][gpu] = "; ".join(filter(None, (
                 details["verdict_notes"].get(gpu), f"oom while loading ({details['load_phase']['placement']})")))
     return _costs(spec, m, out, phases[states_phase_of(phases)], gathered_peers)
+
+
+def nccl_details(spec: dict, details: dict) -> dict[str, int]:
+    """NCCL's device buffers per GPU of a multi-GPU cell (bench/estimate/nccl.py), into
+    ``details.nccl``; returns {gpu: bytes}, what the verdicts take off each GPU's capacity."""
+    from bench.estimate import nccl
+    got = nccl.by_gpu(spec["world_size"], spec["verdict_gpus"])
+    if got:
+        details["nccl"] = {"label": nccl.LABEL, "by_gpu": got}
+    return {g: v["bytes"] for g, v in got.items()}
 
 
 # how each sharding engine loads the model as people launch it (accelerate, TRL, the HF Trainer)
