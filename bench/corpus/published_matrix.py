@@ -62,6 +62,10 @@ LORA_OPTIONS: dict[str, dict] = {
     # --lora_dropout 0.1 --lora_target_modules "all-linear" (the rows' lora-all)
     "peft-ds-z3-lora-llama2-70b": {"r": 8, "alpha": 16, "dropout": 0.1},
     "peft-fsdp-lora-llama2-70b": {"r": 8, "alpha": 16, "dropout": 0.1},
+    # held out: AnswerDotAI/fsdp_qlora train.py's defaults (lora_rank 64, lora_alpha 16, lora_dropout 0.1,
+    # lora_target_modules 'all' = k, q, v, up, down, gate projections); pure bf16, so adapters in bf16
+    "aai-": {"r": 64, "alpha": 16, "dropout": 0.1, "adapter_dtype": "bf16",
+             "target_modules": ["k_proj", "q_proj", "v_proj", "up_proj", "down_proj", "gate_proj"]},
 }
 
 STEPS, WARMUP_STEPS, TIMEOUT_S = 1, 1, 600
