@@ -44,6 +44,7 @@ import os
 import sys
 from pathlib import Path
 
+from bench import home
 from bench.estimate import hostmem
 from bench.fit import cells as fitcells
 from bench.fit import gpus as fitgpus
@@ -142,6 +143,8 @@ def main(argv=None) -> int:
     try:
         args = parser().parse_args(argv)
         as_json = args.json
+        if why := home.missing():  # an installed wheel without $FT_MEMBENCH_HOME: no matrix, no reference answers
+            return _fail(guard.BAD_INPUT, f"ft-membench: {why}", as_json)
         return _fit(args)
     except ArgError as exc:
         print(exc.usage.rstrip(), file=sys.stderr)

@@ -5,7 +5,8 @@ a person reads on the answer page, before and after. Torch-free.
 
 OLD and NEW each hold ``cells/<cell>.json`` (the run record in ``benchmarks[0].extra_info``)
 and ``fits.csv``. One row per (cell, GPU) whose answer differs: the verdict (sim: per GPU;
-cpu/cuda: the status), the modelled reserved need, the largest sequence at batch 1 and the
+cpu/cuda: the status), the need (sim: the modelled reserved peak + the CUDA reserve + a rank's NCCL
+buffers on that GPU, as the page and the CLI print it; cpu/cuda: the modelled reserved peak), the largest sequence at batch 1 and the
 largest batch at the study's length. A cell or GPU on one side only is a row too ("absent").
 Records are read through bench.records.results (the contract check every reader uses); a file that
 fails it is a row saying so, never a silent gap.
@@ -18,6 +19,7 @@ import io
 import sys
 from pathlib import Path
 
+from bench.estimate.measures import need_bytes
 from bench.records import atomic, results
 
 GIB = 2**30
@@ -35,8 +37,10 @@ def _answers(folder: Path) -> dict:
         need = "" if need is None else f"{need / GIB:.2f}"
         verdicts = rec.get("verdicts") or {}
         if rec.get("mode") == "sim" and verdicts:
-            for gpu, v in verdicts.items():
-                out[(cell, gpu)] = {"verdict": v, "need_gib": need, "max_seq": "", "max_batch": ""}
+            for gpu, v in verdicts.items():  # the need as the answer page and the CLI print it, on this GPU
+                n, _ = need_bytes(rec, gpu)
+                out[(cell, gpu)] = {"verdict": v, "need_gib": "" if n is None else f"{n / GIB:.2f}", "max_seq": "",
+                                    "max_batch": ""}
         else:
             out[(cell, rec.get("gpu") or "")] = {"verdict": rec.get("status", "?"), "need_gib": need,
                                                  "max_seq": "", "max_batch": ""}

@@ -111,11 +111,13 @@ def section(df: pd.DataFrame):
             "why": "" if ours["covered"] else (ours["why_not"] or ""),
             "unmatched": (s["unmatched"] or "") if s["simulated"] else "", "simulated": s["simulated"],
         })
-    summary = {role: [{"tool": t["tool"], "measure": t["measure"], "covered": f"{t['covered']}/{t['rows']}",
-                       "median": "—" if t["median_abs_error"] is None else f"{t['median_abs_error']:.1%}",
-                       "worst": _pct(t["worst_error"]), "fits": board.agreement(t, "fits").replace("-", "—"),
-                       "oom": board.agreement(t, "oom").replace("-", "—")}
-                      for t in table if t["role"] == role] for role in board.ROLES}
+    def line(t):
+        return {"tool": t["tool"], "measure": t["measure"], "covered": f"{t['covered']}/{t['rows']}",
+                "median": "—" if t["median_abs_error"] is None else f"{t['median_abs_error']:.1%}",
+                "worst": _pct(t["worst_error"]), "fits": board.agreement(t, "fits").replace("-", "—"),
+                "oom": board.agreement(t, "oom").replace("-", "—")}
+    summary = {role: [line(t) for t in table if t["role"] == role] for role in board.ROLES}
+    multi = [dict(line(t), role=t["role"]) for t in sb.several_gpus(scored) if t["covered"]]
     return {
         "kind": "scoreboard", "title": "How close is each tool to published GPU measurements",
         "note": ("Every row of the published corpus (matrix/published/corpus.yaml), against ft-membench's "
@@ -136,6 +138,7 @@ def section(df: pd.DataFrame):
                  "A row a tool cannot answer is not covered (—), never a zero. A disagreeing row stays as "
                  "published; the sim is never tuned to a row."),
         "summary": summary, "roles": {r: sum(1 for s in scored if s["role"] == r) for r in board.ROLES},
+        "several_gpus": multi,
         "first_scores": board.first_scores(scored, sb.OURS), "rows": shown, "image": figure(long) if len(long) else None,
         "simulated": sum(1 for s in scored if s["simulated"]), "total": len(scored),
         "optional": [f"{name}: {why}" for name, why in sb.OPTIONAL_PEERS.items()]

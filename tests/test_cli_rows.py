@@ -40,13 +40,22 @@ def shown(lines: list[dict], gpu: str) -> str:
     return table.render(lines, gpu, {"memory_bytes": profile, "label": gpu}, "model", best=False)
 
 
-def test_zero_rows_print_the_whole_reason_never_cut_mid_word():
-    out = shown([line("qwen2.5-7b__sim__zero3+w8", "h100-80gb")], "h100-80gb")
-    reason = fit_row("qwen2.5-7b__sim__zero3+w8", "h100-80gb")["reason"]   # the stored search's own words
-    assert reason.startswith("zero3 at world size 8: ") and len(reason) > 60
+def test_unsearched_rows_print_the_whole_reason_never_cut_mid_word():
+    cell = "llama-3.1-8b__sim__lora+bf16+padding-growing"
+    out = shown([line(cell, "rtx-4090")], "rtx-4090")
+    reason = fit_row(cell, "rtx-4090")["reason"]   # the stored search's own words
+    assert reason.startswith("padding-growing batches: ") and len(reason) > 60
     assert " ".join(reason.split()) in " ".join(out.split())   # whole, wherever the row wraps it
-    row = next(ln for ln in out.splitlines() if ln.startswith("zero3+w8 "))
-    assert "verdic " not in row and "verdic\n" not in row and not row.rstrip().endswith("verdic")
+    row = next(ln for ln in out.splitlines() if ln.startswith("lora+bf16+padding-growing "))
+    assert "distributio " not in row and not row.rstrip().endswith("distributio")
+
+
+def test_zero_rows_carry_their_per_rank_search():
+    """A ZeRO cell is searched per rank in the matrix (bench/estimate/partition.py over interpolated traces)."""
+    row = fit_row("qwen2.5-7b__sim__zero3+w8", "h100-80gb")
+    assert row["seq_answer"] == "fits" and int(row["max_seq_at_batch1"]) >= 256 and not row["reason"]
+    out = shown([line("qwen2.5-7b__sim__zero3+w8", "h100-80gb")], "h100-80gb")
+    assert f"{int(row['max_seq_at_batch1'])} tokens" in out and "NCCL's buffers (modelled, in the need)" in out
 
 
 def test_multi_gpu_speed_is_labelled_per_rank_and_for_the_run():

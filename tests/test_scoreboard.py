@@ -149,6 +149,21 @@ def test_summary_per_tool_on_made_up_rows():
     assert text.index("### development") < text.index("### held-out") and "No held-out row" in text
 
 
+def test_rows_on_several_gpus_are_summarised_apart():
+    """A rank's figure is another model than one GPU's: its rows get their own summary, not only a
+    share of one where the one-GPU rows, far more numerous, set the median."""
+    cell = pm.plan([BY_ID[QLORA_ROW]])[0]["cell"]
+    rows = [_row("tt-8b-a", "active", 17.0), _row("tt-8b-b", "active", 20.0), _row("tt-8b-c", "active", 34.0)]
+    scored = _scored(rows, {cell: _record(cell)})
+    scored[2]["n_gpus"] = 2   # as a sharded row's entry carries it (the made-up record is one cell for all three)
+    multi = {(t["role"], t["measure"]): t for t in sb.several_gpus(scored)}
+    assert {t["tool"] for t in sb.several_gpus(scored)} == {sb.OURS}
+    act = multi[("development", "active")]
+    assert (act["rows"], act["covered"]) == (1, 1) and act["worst_error"] == pytest.approx(17 / 34 - 1)
+    whole = {(t["tool"], t["measure"]): t for t in sb.summary(scored)}[(sb.OURS, "active")]
+    assert whole["covered"] == 3 and whole["median_abs_error"] == pytest.approx(3 / 20)   # the one-GPU rows set it
+
+
 def test_a_peer_is_scored_on_its_own_benchmark_only():
     # DeepSpeed's ZeRO-2 estimator on a ZeRO-2 full fine-tune: covered; on the same row, ZeRO-3's is not
     row = _row("z2-full", "allocated", 30.0)

@@ -31,10 +31,11 @@ from pathlib import Path
 
 import yaml
 
+from bench import home
 from bench.spec import techniques as tech
 from bench.spec.matrixfile import SAFE_LOADER, MatrixError, Validator, one_line
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = home.root()  # the checkout, or $FT_MEMBENCH_HOME for an installed wheel
 DEFAULT = ROOT / "matrix" / "published" / "corpus.yaml"
 SCHEMA_PATH = DEFAULT.with_name("corpus.schema.json")
 MODELS_DIR = ROOT / "matrix" / "models"

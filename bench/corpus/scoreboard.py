@@ -253,6 +253,13 @@ def summary(scored: list[dict]) -> list[dict]:
     return board.summary(scored, tool_names(), MEASURES)
 
 
+def several_gpus(scored: list[dict]) -> list[dict]:
+    """``summary`` of the rows run on several GPUs alone, for ft-membench: a rank's figure is another
+    model than one GPU's (per rank, NCCL, the engine's own buffers), and the rows of one GPU, many more,
+    would hide its error in the median."""
+    return board.summary([s for s in scored if (s.get("n_gpus") or 1) > 1], [OURS], MEASURES)
+
+
 def _gpus() -> dict:
     import yaml
     from bench.spec.matrixfile import SAFE_LOADER
@@ -280,10 +287,15 @@ def main(argv=None) -> int:
         print(f"first score recorded for {len(written)} held-out row(s): {', '.join(written) or '-'}", file=sys.stderr)
         scored = score(published.load(args.corpus), load_records(args.records))
     table = summary(scored)
+    multi = several_gpus(scored)
     firsts = board.first_scores(scored, OURS)
     from bench.records import atomic
-    atomic.write_text(args.out, json.dumps({"rows": scored, "summary": table, "first_scores": firsts}, indent=1) + "\n")
+    atomic.write_text(args.out, json.dumps({"rows": scored, "summary": table, "several_gpus": multi,
+                                            "first_scores": firsts}, indent=1) + "\n")
     print(markdown(table))
+    print()
+    print("### the rows on several GPUs alone (ft-membench)")
+    print(board.markdown(multi) if multi else "none")
     print()
     print(board.first_scores_markdown(firsts))
     return 0

@@ -13,12 +13,13 @@ import csv
 import json
 from pathlib import Path
 
+from bench import home
 from bench.estimate import nccl, verdicts
 from bench.records import agreement, checks, record, reuse
 from bench.search import fits_csv
 from bench.spec import inputs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = home.root()  # the checkout, or $FT_MEMBENCH_HOME for an installed wheel
 
 
 def record_paths(spec: dict, results: Path) -> list[Path]:

@@ -26,12 +26,13 @@ import math
 import os
 from pathlib import Path
 
+from bench import home
 from bench.spec import inputs, modelref
 from bench.spec import techniques as tech
 from bench.spec import workloads
 from bench.spec.matrixfile import SCHEMA, MatrixError, check_schema, load_gpus, read_json, read_yaml
 
-DEFAULT_MATRIX = Path(__file__).resolve().parents[2] / "matrix" / "default.yaml"
+DEFAULT_MATRIX = home.root() / "matrix" / "default.yaml"  # the checkout, or $FT_MEMBENCH_HOME
 SHAPE_KEYS = ("batch_size", "seq_len", "steps", "warmup_steps", "timeout_s", "seed")
 
 

@@ -30,10 +30,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench import home
 from bench.records import atomic
 from bench.spec import inputs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = home.root()  # the checkout, or $FT_MEMBENCH_HOME for an installed wheel
 MODELS_DIR = ROOT / "matrix" / "models"
 CACHE = Path(os.environ.get("FT_MEMBENCH_CACHE", ROOT / "results" / "cache")) / "config-check"
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?(@[\w./-]+)?$")

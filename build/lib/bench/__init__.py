@@ -1,0 +1,1 @@
+"""ft-membench harness: matrix loader, isolated cell runs, memory tracker, training step."""

@@ -1,0 +1,197 @@
+"""The sim matrix of the published corpus: one cell per corpus row whose settings can be matched.
+
+    python -m bench.corpus.published_matrix --out matrix/published.yaml     # (re)write the committed file
+    python -m bench.corpus.published_matrix --check matrix/published.yaml   # exit 1 if it is stale
+
+Torch-free. Reads matrix/published/corpus.yaml (bench/corpus/published.py) and writes a matrix YAML
+(bench/spec/matrix.py loads it like any other) whose studies are named ``published-...``, so that
+
+    pytest bench -k published          # bench/test_published.py: one test per corpus row
+    pytest bench --matrix matrix/published.yaml -k published   # the same cells as plain matrix cells
+    snakemake --cores 1 published      # results/published/: cells, table, scoreboard, report
+
+A row is simulated when it names a model config, our techniques, a GPU profile, a batch size and
+a sequence length, and its techniques' world size is its number of GPUs. Every other row stays
+in the plan with the reason it is not simulated (``plan``); the committed file lists them in its
+header. A row whose own ``unmatched`` note is set but whose settings are all stated is simulated,
+and the note stays beside its result (the scoreboard shows it).
+
+Rows are grouped into studies by what a study fixes: model, GPU profile (the verdict's GPU), batch
+size, sequence length and LoRA options. Each study is sim mode, 1 step after 1 warm-up, without
+the baseline cell (a full fp32 fine-tune is no corpus row). LoRA options are not corpus fields:
+``LORA_OPTIONS`` holds them per row, from the config the source's row ran (each entry says where
+it was read). A cell id names model and techniques, not options; where two rows would make the
+same cell id with different settings (peft's LoRA rank 32 and rank 64 rows), the later row's cell
+spells its batch and sequence as techniques too (``+b4+s768``: the same shape, another id).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from bench.corpus import published
+from bench.spec import techniques as tech
+
+ROOT = published.ROOT
+DEFAULT_OUT = ROOT / "matrix" / "published.yaml"
+
+# LoRA options of the matched rows, by row id prefix (the longest matching prefix wins).
+_TT_TARGETS = ["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+LORA_OPTIONS: dict[str, dict] = {
+    # torchtune recipes/configs/llama3_2/3B_{lora,qlora}_single_device.yaml: rank 64, alpha 128, q/v/output
+    # projections and the MLP, adapters trained in bf16 (as study sim-torchtune-3b in matrix/default.yaml)
+    "tt-3b-": {"r": 64, "alpha": 128, "dropout": 0.0, "adapter_dtype": "bf16", "target_modules": _TT_TARGETS},
+    # torchtune recipes/configs/llama3_1/8B_{lora,qlora}_single_device.yaml: rank 8, alpha 16, the same targets
+    # (as study sim-torchtune-8b-4090 in matrix/default.yaml)
+    "tt-8b-": {"r": 8, "alpha": 16, "dropout": 0.0, "adapter_dtype": "bf16", "target_modules": _TT_TARGETS},
+    # peft method_comparison/MetaMathQA experiment configs: rank as the row says, q_proj and v_proj,
+    # peft's default fp32 adapters (the row's recipe text)
+    "peft-mmqa-lora-r32": {"r": 32, "target_modules": ["q_proj", "v_proj"], "adapter_dtype": "fp32"},
+    "peft-mmqa-lora-r64": {"r": 64, "target_modules": ["q_proj", "v_proj"], "adapter_dtype": "fp32"},
+    "peft-mmqa-dora-r32": {"r": 32, "target_modules": ["q_proj", "v_proj"], "adapter_dtype": "fp32"},
+    # held out (issue 36): rsLoRA changes only the adapter's scaling, so its row shares the rank-64 cell
+    "peftmc-lora-r64-rslora": {"r": 64, "target_modules": ["q_proj", "v_proj"], "adapter_dtype": "fp32"},
+    # our own H200 runs: matrix/cuda-h200.yaml's technique_options
+    "h200-": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+    # ft-membench measure's rows: the fit command's LoRA settings (matrix/default.yaml technique_options)
+    "own-": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+    # peft docs/source/accelerate/{deepspeed,fsdp}.md launch commands (read at 09802c1b): --lora_r 8 --lora_alpha 16
+    # --lora_dropout 0.1 --lora_target_modules "all-linear" (the rows' lora-all)
+    "peft-ds-z3-lora-llama2-70b": {"r": 8, "alpha": 16, "dropout": 0.1},
+    "peft-fsdp-lora-llama2-70b": {"r": 8, "alpha": 16, "dropout": 0.1},
+    # held out: AnswerDotAI/fsdp_qlora train.py's defaults (lora_rank 64, lora_alpha 16, lora_dropout 0.1,
+    # lora_target_modules 'all' = k, q, v, up, down, gate projections); pure bf16, so adapters in bf16
+    "aai-": {"r": 64, "alpha": 16, "dropout": 0.1, "adapter_dtype": "bf16",
+             "target_modules": ["k_proj", "q_proj", "v_proj", "up_proj", "down_proj", "gate_proj"]},
+}
+
+STEPS, WARMUP_STEPS, TIMEOUT_S = 1, 1, 600
+
+
+def lora_options(row_id: str) -> dict:
+    best = max((p for p in LORA_OPTIONS if row_id.startswith(p)), key=len, default=None)
+    return dict(LORA_OPTIONS[best]) if best else {}
+
+
+def not_simulated(row: dict) -> str | None:
+    """Why ``row`` cannot be simulated as written, or None when it can."""
+    missing = [label for key, label in (("model_config", "no model config in matrix/models"),
+                                        ("techniques", "the recipe does not map to our techniques"),
+                                        ("gpu_profile", "no GPU profile for the GPU"),
+                                        ("batch_size", "batch size not stated"),
+                                        ("seq_len", "sequence length not stated")) if row.get(key) is None]
+    if missing:
+        why = "; ".join(missing)
+        return f"{why} (the row: {row['unmatched']})" if row.get("unmatched") else why
+    names = row["techniques"].split("+")
+    knobs = tech.knobs(names)
+    if knobs["world_size"] != row["n_gpus"]:
+        return f"the techniques run {knobs['world_size']} process(es), the source {row['n_gpus']} GPU(s)"
+    if knobs["adapter"] and not lora_options(row["id"]):
+        return "its LoRA rank and target modules are not known (no entry in bench/corpus/published_matrix.LORA_OPTIONS)"
+    return None
+
+
+def _slug(text) -> str:
+    return "".join(c if c.isalnum() or c in ".-" else "-" for c in str(text).lower())
+
+
+def plan(rows: list[dict]) -> list[dict]:
+    """One entry per corpus row, in corpus order: {"row", "study", "cell", "techniques", "options",
+    "reason"}; study, cell and techniques are None (and reason says why) for a row not simulated."""
+    out, cells = [], {}  # cells: {cell id: settings key}
+    for row in rows:
+        entry = {"row": row["id"], "study": None, "cell": None, "techniques": None, "options": None,
+                 "reason": not_simulated(row)}
+        out.append(entry)
+        if entry["reason"]:
+            continue
+        opts = lora_options(row["id"]) if tech.knobs(row["techniques"].split("+"))["adapter"] else {}
+        settings = (row["model_config"], row["gpu_profile"], row["batch_size"], row["seq_len"],
+                    tuple(sorted((k, str(v)) for k, v in opts.items())))
+        combo = row["techniques"]
+        cid = f"{row['model_config']}__sim__{combo}"
+        if cells.setdefault(cid, settings) != settings:
+            combo = f"{combo}+b{row['batch_size']}+s{row['seq_len']}"
+            cid = f"{row['model_config']}__sim__{combo}"
+            if cells.setdefault(cid, settings) != settings:
+                entry["reason"] = f"its cell {cid} is already another row's with other settings"
+                continue
+        study = f"published-{_slug(row['model_config'])}-{_slug(row['gpu_profile'])}-b{row['batch_size']}-s{row['seq_len']}"
+        if opts:
+            study += f"-r{opts.get('r', 8)}"
+        entry.update(study=study, cell=cid, techniques=combo, options=opts or None)
+    return out
+
+
+def generate(rows: list[dict]) -> dict:
+    """The matrix document (a dict bench.spec.matrix validates) for ``rows``."""
+    by_id = {r["id"]: r for r in rows}
+    studies: dict[str, dict] = {}
+    for e in plan(rows):
+        if e["reason"]:
+            continue
+        row = by_id[e["row"]]
+        body = studies.setdefault(e["study"], {
+            "description": "",
+            "mode": "sim",
+            "models": [row["model_config"]],
+            "gpus": [row["gpu_profile"]],
+            "batch_size": row["batch_size"],
+            "seq_len": row["seq_len"],
+            "steps": STEPS,
+            "warmup_steps": WARMUP_STEPS,
+            "timeout_s": TIMEOUT_S,
+            **({"technique_options": {"lora": e["options"]}} if e["options"] else {}),
+            "techniques": [],
+            "exclude": [{"techniques": "baseline"}],
+            "_rows": [],
+        })
+        if e["techniques"] not in body["techniques"]:
+            body["techniques"].append(e["techniques"])
+        body["_rows"].append(e["row"])
+    for body in studies.values():
+        body["description"] = ("Generated from matrix/published/corpus.yaml by bench/corpus/published_matrix.py; "
+                               f"corpus rows: {', '.join(body.pop('_rows'))}.")
+    return {"studies": studies}
+
+
+def render(rows: list[dict]) -> str:
+    """The text of matrix/published.yaml: a header naming the rows not simulated, then the matrix."""
+    head = ["# GENERATED by `python -m bench.corpus.published_matrix --out matrix/published.yaml`: do not edit.",
+            "# The sim cells of the published corpus (matrix/published/corpus.yaml), one per matched row.",
+            "# tests/test_scoreboard.py checks that this file equals a fresh generation.",
+            "#",
+            "# Corpus rows not simulated, and why:"]
+    for e in plan(rows):
+        if e["reason"]:
+            head.append(f"#   {e['row']}: {' '.join(e['reason'].split())}")
+    body = yaml.safe_dump(generate(rows), sort_keys=False, width=110, allow_unicode=True)
+    return "\n".join(head) + "\n\n" + body
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.corpus.published_matrix", description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", default=str(published.DEFAULT))
+    group = ap.add_mutually_exclusive_group(required=True)
+    group.add_argument("--out", help="write the matrix YAML here")
+    group.add_argument("--check", help="exit 1 if this file differs from a fresh generation")
+    args = ap.parse_args(argv)
+    text = render(published.load(args.corpus))
+    if args.check:
+        if Path(args.check).read_text() != text:
+            print(f"{args.check} is stale: run python -m bench.corpus.published_matrix --out {args.check}", file=sys.stderr)
+            return 1
+        return 0
+    from bench.records import atomic
+    atomic.write_text(args.out, text)
+    print(f"{args.out}: {sum(1 for e in plan(published.load(args.corpus)) if not e['reason'])} rows simulated",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

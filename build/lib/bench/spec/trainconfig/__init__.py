@@ -1,0 +1,72 @@
+"""Training configs people already have, read into one question for ``ft-membench fit``.
+
+``read(path, fmt=None)`` returns a Recipe (bench/spec/trainconfig/recipe.py): the model id as written,
+the catalogue techniques, the technique options, batch, sequence length, processes, what was
+mapped and every setting ignored with its reason. The format is told from the keys (``FORMATS``
+order: torchtune's ``_component_`` builders, axolotl's ``base_model``/``micro_batch_size``/
+``sequence_len``, LLaMA-Factory's ``finetuning_type``/``cutoff_len``/``template``/
+``quantization_bit``, then TRL/transformers TrainingArguments), or named (``fmt``). JSON or YAML.
+A file that cannot be read (read as the matrix is: bench/spec/trainconfig/reading.py), is not a
+mapping, matches no format, or sets a memory-relevant key to a value that cannot be what it
+means (recipe.py's ``Invalid``) is a ConfigError naming the file, the key and the reason. Torch-free.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.spec.trainconfig import axolotl, hf, llamafactory, reading, torchtune
+from bench.spec.trainconfig.recipe import Invalid, Recipe
+
+FORMATS = {"torchtune": torchtune.read, "axolotl": axolotl.read, "llamafactory": llamafactory.read, "trl": hf.read}
+
+
+PROCESS_KEYS = ("num_processes", "nproc_per_node", "world_size")
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used: the message names the file and why."""
+
+
+def detect(doc: dict) -> str | None:
+    if any(isinstance(v, dict) and "_component_" in v for v in doc.values()):
+        return "torchtune"
+    if {"base_model", "micro_batch_size", "sequence_len", "sample_packing"} & set(doc):
+        return "axolotl"
+    if {"finetuning_type", "cutoff_len", "template", "quantization_bit", "lora_target"} & set(doc):
+        return "llamafactory"
+    if {"model_name_or_path", "per_device_train_batch_size", "optim", "output_dir", "max_seq_length",
+            "gradient_checkpointing", "use_peft"} & set(doc):
+        return "trl"
+    return None
+
+
+def read(path, fmt: str | None = None) -> Recipe:
+    path = Path(path).expanduser()
+    try:   # as the matrix is read: a bounded regular file, the strict safe loader (trainconfig/reading.py)
+        doc = reading.load(path, "--config")
+    except reading.ReadError as exc:
+        raise ConfigError(str(exc)) from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"--config {path}: a training config is a mapping of settings, not "
+                          f"{type(doc).__name__}")
+    fmt = fmt or detect(doc)
+    if fmt is None:
+        raise ConfigError(f"--config {path}: not a TRL/transformers, axolotl, LLaMA-Factory or torchtune config "
+                          f"(none of their keys); name the format with --format")
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format {fmt}: one of {', '.join(FORMATS)}")
+    try:
+        recipe = FORMATS[fmt](doc, str(path))
+    except Invalid as exc:   # a memory-relevant value that cannot be what the config means
+        raise ConfigError(f"--config {path}: {exc}") from None
+    for key in PROCESS_KEYS:  # processes, where the config states them (accelerate/torchrun spellings)
+        if isinstance(doc.get(key), int) and not isinstance(doc[key], bool) and doc[key] >= 1:
+            recipe.ignored = [i for i in recipe.ignored if i["key"] != key]
+            recipe.world = doc[key]
+            recipe.took(key, doc[key], f"{doc[key]} processes (w{doc[key]} with ZeRO/FSDP)")
+            break
+    try:
+        recipe.techniques()
+    except ValueError as exc:
+        raise ConfigError(f"--config {path}: its settings make no valid recipe: {exc}") from None
+    return recipe

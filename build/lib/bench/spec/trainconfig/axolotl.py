@@ -1,0 +1,79 @@
+"""axolotl YAML configs (``base_model``, ``adapter``, ``micro_batch_size``, ``sequence_len``,
+``sample_packing``...) -> a Recipe. axolotl loads the base model in the training dtype, so
+``bf16: true|auto`` means 16-bit weights (the catalogue's ``bf16``). Torch-free."""
+from __future__ import annotations
+
+from bench.spec.trainconfig.hf import rest
+from bench.spec.trainconfig.recipe import Recipe, _true, ds_dist, positive_int
+
+
+def read(doc: dict, file: str) -> Recipe:
+    r = Recipe(file, "axolotl")
+    used = set()
+
+    def take(key):
+        used.add(key)
+        return doc.get(key)
+
+    r.model = take("base_model")
+    if r.model:
+        r.took("base_model", r.model, "model")
+    adapter = take("adapter")
+    if adapter in ("lora", "qlora"):
+        r.adapter = adapter
+        r.took("adapter", adapter, adapter)
+    elif adapter:
+        r.skip("adapter", adapter, "an adapter the catalogue does not have (lora and qlora only)")
+    if _true(take("load_in_4bit")):
+        r.adapter = "qlora" if r.adapter in (None, "qlora", "lora") else r.adapter
+        r.took("load_in_4bit", True, "qlora (NF4 base weights)")
+    if _true(take("load_in_8bit")):
+        r.skip("load_in_8bit", True, "LLM.int8 base weights are not a technique here")
+    for key, option in (("lora_r", "r"), ("lora_alpha", "alpha"), ("lora_dropout", "dropout"),
+                        ("lora_target_modules", "target_modules")):
+        if take(key) is not None:
+            r.lora_setting(key, doc[key], option)
+    if _true(take("lora_target_linear")):
+        r.lora_all = True
+        r.took("lora_target_linear", True, "lora-all")
+    if "micro_batch_size" in doc:
+        r.batch = positive_int(r, "micro_batch_size", take("micro_batch_size"))
+        if r.batch:
+            r.took("micro_batch_size", r.batch, f"batch {r.batch}")
+    if "sequence_len" in doc:
+        r.seq = positive_int(r, "sequence_len", take("sequence_len"))
+        if r.seq:
+            r.took("sequence_len", r.seq, f"sequence length {r.seq}")
+    if take("sample_packing") is not None:
+        r.packing = _true(doc["sample_packing"])
+        r.took("sample_packing", doc["sample_packing"], "packing" if r.packing else "no packing")
+    if _true(take("pad_to_sequence_len")) and not r.packing:
+        r.took("pad_to_sequence_len", True, "every row padded to sequence_len (the fixed shape)")
+    elif "pad_to_sequence_len" in doc and doc["pad_to_sequence_len"] is not None:
+        r.took("pad_to_sequence_len", doc["pad_to_sequence_len"], "packed rows fill sequence_len")
+    bf16, fp16 = take("bf16"), take("fp16")
+    if _true(bf16) or _true(fp16):
+        r.precision = "bf16" if _true(bf16) else "amp-fp16"
+        r.took("bf16" if _true(bf16) else "fp16", bf16 if _true(bf16) else fp16, r.precision)
+    if take("optimizer") is not None:
+        r.set_optimizer("optimizer", doc["optimizer"])
+    if take("gradient_checkpointing") is not None:
+        r.gc = _true(doc["gradient_checkpointing"])
+        r.took("gradient_checkpointing", doc["gradient_checkpointing"], "gc" if r.gc else "no gc")
+    if _true(take("flash_attention")):
+        r.attention("flash_attention", doc["flash_attention"], kind="flash_attention_2")
+    if _true(take("xformers_attention")):
+        r.attention("xformers_attention", doc["xformers_attention"], kind="xformers")
+    if take("deepspeed"):
+        ds_dist(doc["deepspeed"], "deepspeed", r)
+    if take("fsdp") or take("fsdp_config"):
+        if r.dist:
+            r.skip("fsdp", doc.get("fsdp") or doc.get("fsdp_config"), "deepspeed is already set")
+        else:
+            r.dist = "fsdp"
+            r.took("fsdp", doc.get("fsdp") or "(fsdp_config)", "fsdp")
+    if take("gradient_accumulation_steps") is not None:
+        r.skip("gradient_accumulation_steps", doc["gradient_accumulation_steps"],
+               "accumulation repeats the micro-batch's step: the peak is micro_batch_size's")
+    rest(doc, used, r)
+    return r

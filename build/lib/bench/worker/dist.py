@@ -1,0 +1,212 @@
+"""Sharding techniques: a real DeepSpeed engine (ZeRO-1/2/3, optimizer/parameter offload) or
+PyTorch FSDP2, around the model and a torch optimizer.
+
+Rank layout comes from the environment (torchrun sets it; a single process gets rank 0 of
+1 on 127.0.0.1). The backend is gloo on CPU and NCCL on CUDA; traffic stays on loopback.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from bench.runner import net
+
+
+def ensure_rank_env() -> None:
+    """World size 1 without torchrun: rank 0 of 1, rendezvous on a free loopback port."""
+    if "RANK" in os.environ:
+        return
+    port = net.free_loopback_port()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1",
+                      LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+
+
+def rank() -> int:
+    """This process's rank: torchrun's RANK, 0 for a single process. Each rank draws its own
+    micro-batches (seed + rank): the spec's batch size is per rank, as in data parallelism."""
+    return int(os.environ.get("RANK", "0"))
+
+
+# "auto" bucket sizes are filled from the model's hidden size the way the transformers
+# DeepSpeed integration does; fixed defaults (5e8 elements) would add gigabytes of buffers
+# to a small model and swamp what is measured.
+AUTO = {
+    "reduce_bucket_size": lambda h: h * h,
+    "allgather_bucket_size": lambda h: h * h,
+    "stage3_prefetch_bucket_size": lambda h: int(0.9 * h * h),
+    "stage3_param_persistence_threshold": lambda h: 10 * h,
+}
+
+
+# DeepSpeed's own defaults (deepspeed/runtime/zero/config.py) for what a config leaves out: what the
+# engine runs with, and so what sim's formula reads (bench/worker/sim/sharding.py ``zero_layout``)
+ZERO_DEFAULTS = {
+    "reduce_bucket_size": 500_000_000,
+    "contiguous_gradients": True,
+    "stage3_max_reuse_distance": 1_000_000_000,
+    "stage3_param_persistence_threshold": 100_000,
+}
+
+
+def _read_config(spec: dict, hidden_size: int) -> dict:
+    with open(spec["ds_config"]) as fh:
+        cfg = json.load(fh)
+    zero = cfg.setdefault("zero_optimization", {})
+    for key, fill in AUTO.items():
+        if zero.get(key) == "auto":
+            zero[key] = fill(hidden_size)
+    return cfg
+
+
+def zero_settings(spec: dict, hidden_size: int) -> dict:
+    """The cell's ``zero_optimization`` as the engine runs it: "auto" filled, DeepSpeed's defaults
+    for what it leaves out."""
+    return {**ZERO_DEFAULTS, **_read_config(spec, hidden_size)["zero_optimization"]}
+
+
+def deepspeed_config(spec: dict, micro_batch: int, hidden_size: int) -> dict:
+    knobs = spec["knobs"]
+    cfg = _read_config(spec, hidden_size)
+    cfg["train_micro_batch_size_per_gpu"] = micro_batch
+    cfg["gradient_accumulation_steps"] = knobs["accum"]
+    cfg["zero_allow_untested_optimizer"] = True
+    cfg["zero_force_ds_cpu_optimizer"] = False  # we hand DeepSpeed a torch optimizer, offload or not
+    if knobs["precision"] == "bf16":
+        cfg["bf16"] = {"enabled": True}  # DeepSpeed keeps fp32 master weights in its optimizer
+    cfg.setdefault("steps_per_print", 10**9)
+    return cfg
+
+
+def wrap_deepspeed(spec: dict, model, optimizer, micro_batch: int):
+    """(engine, optimizer): DeepSpeed's engine and its ZeRO optimizer wrapping ours."""
+    import deepspeed
+    ensure_rank_env()
+    engine, ds_opt, _, _ = deepspeed.initialize(
+        model=model, optimizer=optimizer,
+        config=deepspeed_config(spec, micro_batch, model.config.hidden_size),
+        dist_init_required=True)
+    return engine, ds_opt
+
+
+def wrap_fsdp(model, device, offload: bool = False, mesh=None, param_dtype=None):
+    """FSDP2: each decoder layer and then the whole model fully sharded; ``offload``: with
+    CPUOffloadPolicy (shards and their gradients in host memory, the optimizer steps there);
+    ``param_dtype`` (a mixed-precision cell, amp-bf16): ``MixedPrecisionPolicy(param_dtype,
+    reduce_dtype=float32)``, as accelerate's FSDP and torchtitan run mixed precision: the shards stay
+    in their own dtype, the gathered weights and the compute are in ``param_dtype``."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+    if not torch.distributed.is_initialized():  # sim's fake group is up already: its process's env stays as it was
+        ensure_rank_env()
+        backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+        torch.distributed.init_process_group(backend)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    # pinned host shards need an accelerator: on a cpu run the shards stay in pageable memory
+    policy = CPUOffloadPolicy(pin_memory=torch.device(device).type == "cuda") if offload else OffloadPolicy()
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else MixedPrecisionPolicy()
+    for layer in base.model.layers:
+        fully_shard(layer, offload_policy=policy, mesh=mesh, mp_policy=mp)
+    fully_shard(model, offload_policy=policy, mesh=mesh, mp_policy=mp)
+    return model
+
+
+def fsdp_unsharded_tensors(model) -> list:
+    """FSDP2's all-gather outputs and unsharded parameters: a layer's full weights while it
+    runs (freed by resizing their storage to 0 between uses, so marking them once holds)."""
+    out = []
+    for module in model.modules():
+        get_state = getattr(module, "_get_fsdp_state", None)
+        group = get_state()._fsdp_param_group if get_state else None
+        for fsdp_param in (group.fsdp_params if group else []):
+            out += list(getattr(fsdp_param, "all_gather_outputs", []))
+            unsharded = getattr(fsdp_param, "_unsharded_param", None)
+            if unsharded is not None:
+                out.append(unsharded)
+    return out
+
+
+# What a ZeRO optimizer's flat buffers hold, by attribute name (DeepSpeed keeps its
+# partitions there, not in the torch optimizer's param_groups between steps).
+ZERO_ROLES = (
+    ("gradients", ("grad",), ("norm",)),
+    ("optimizer", ("fp32",), ()),                              # fp32 master partitions
+    ("parameters", ("fp16", "bf16", "bit16", "lp_param"), ()),  # the model's 16-bit/low-precision partitions
+)
+
+
+def zero_buffers(optimizer, role: str) -> list:
+    """Tensors a DeepSpeed ZeRO optimizer keeps for ``role``; [] for a plain torch optimizer."""
+    if optimizer is None or getattr(optimizer, "optimizer", None) is None:
+        return []
+    out = []
+    for name, value in vars(optimizer).items():
+        for r, include, exclude in ZERO_ROLES:
+            if any(w in name for w in include) and not any(w in name for w in exclude):
+                if r == role:
+                    out += _tensors_in(value)
+                break
+    return out
+
+
+def parameter_tensors(model, optimizer=None) -> list:
+    """Every tensor that holds the model's weights: the parameters, DeepSpeed's ZeRO
+    partitions, FSDP2's local shards, and bitsandbytes quantization state."""
+    out = zero_buffers(optimizer, "parameters")
+    for p in model.parameters():
+        out.append(p.data)
+        for attr in ("ds_tensor",):
+            if isinstance(getattr(p, attr, None), torch.Tensor):
+                out.append(getattr(p, attr))
+        local = getattr(p, "_local_tensor", None)
+        if isinstance(local, torch.Tensor):
+            out.append(local)
+        qs = getattr(p, "quant_state", None)
+        if qs is not None:
+            out.extend(_quant_state_tensors(qs))
+    out.extend(model.buffers())  # rotary tables and the like: part of the model's weights
+    return out
+
+
+def quant_state_bytes(model, rounding=lambda n: n) -> int:
+    """Bytes of bitsandbytes' quantization state (absmax, nested absmax, code, offset) over the
+    model's weights: plain attributes, not parameters, so neither FSDP nor ZeRO-3 shards them."""
+    seen, total = set(), 0
+    for p in model.parameters():
+        qs = getattr(p, "quant_state", None)
+        for t in (_quant_state_tensors(qs) if qs is not None else []):
+            key = t.untyped_storage()._cdata
+            if key not in seen:
+                seen.add(key)
+                total += rounding(t.untyped_storage().nbytes())
+    return total
+
+
+def _quant_state_tensors(qs) -> list:
+    out = [getattr(qs, a, None) for a in ("absmax", "code", "offset")]
+    nested = getattr(qs, "state2", None)
+    if nested is not None:
+        out += _quant_state_tensors(nested)
+    return [t for t in out if isinstance(t, torch.Tensor)]
+
+
+def gradient_tensors(model, optimizer) -> list:
+    """Gradients wherever they live: ``.grad`` of model and optimizer parameters, and the
+    flat gradient partitions a ZeRO optimizer keeps."""
+    out = [p.grad for p in model.parameters() if p.grad is not None]
+    inner = getattr(optimizer, "optimizer", optimizer)
+    for group in inner.param_groups:
+        out += [p.grad for p in group["params"] if p.grad is not None]
+    return out + zero_buffers(optimizer, "gradients")
+
+
+def _tensors_in(value, depth: int = 0) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if depth > 2:
+        return []
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors_in(v, depth + 1)]
+    return []

@@ -1,0 +1,309 @@
+"""The L-layer step from three simulations of k, k + 1 and k + 2 layers: its trace and its
+figures extended, and verified exact (bench/worker/sim/layers.py runs the three and calls
+``extend``).
+
+- the allocation trace: each trace is written as events that name no serial (an allocation:
+  its serial's distance from the last new serial, bytes, step, phase, op, category; a free:
+  which live allocation of the same bytes, op and category it frees: the oldest, or else
+  counted from the newest, as a layer frees its own). The k + 1 trace must be the k trace
+  with blocks inserted, each a repeat of the events just before it (a layer's, or a layer's
+  part, in each stretch of the step that walks the layers); the L trace is the k trace with
+  each block inserted L - k times, read back into serials.
+- every other measured figure (the record fields of the step, the phases' breakdowns, FLOPs,
+  the step cost counter's tallies, the paged optimizer state, the trace's own counts) must be
+  linear in the layer count across k, k + 1, k + 2, or the same in all three, and is
+  extrapolated to L; ``trainable_fraction`` is recomputed from the extrapolated counts, as
+  bench/worker/proofs.py computes it.
+
+Verified, or ``NotExact``: the extension from (k, k + 1) must give the k + 2 simulation's
+trace event for event, and the peaks (overall, per phase, per step, the build's) and the
+categories at them, recomputed from a trace by the tracker's rules (``trace_peaks``), must
+equal the tracker's in all three simulations and equal the extrapolated figures at L.
+"""
+from __future__ import annotations
+
+from bench.records.record import PHASES
+
+
+class NotExact(Exception):
+    """The extension cannot be shown exact for this cell: the full step runs."""
+
+
+# -- the extension -------------------------------------------------------------------------
+EXCLUDED = ("load_host_peak_rss_bytes", "host_peak_rss_bytes")  # the worker's RSS: context (bench/records/identical.py)
+
+
+def extend(spec: dict, parts: list[dict], more: int, cuda_model: bool):
+    """``measure.Measured`` of the step with ``more`` layers beyond the first part's, from
+    three parts of k, k + 1, k + 2 layers; NotExact unless verified."""
+    from bench.worker import cuda_alloc
+    from bench.worker.sim import measure, stepcost
+    rounding = cuda_alloc.round_size if cuda_model else (lambda n: n)
+    a, b, c = parts
+    trace = extend_trace(a, b, c, more)
+    outs = []
+    for p in parts:
+        out = {k: v for k, v in p["out"].items() if k not in EXCLUDED}
+        details = dict(out["details"])
+        fraction = details.pop("trainable_fraction", None)
+        if fraction != out["params_trainable"] / max(1, out["params_total"]):
+            raise NotExact("trainable_fraction is not params_trainable / params_total")
+        out["details"] = details
+        outs.append(out)
+        check_peaks(p["trace"], rounding, p["reset_allocs"], out, p["phases"], "the tracker's")
+    out = linear(*outs, more, "out")
+    out["details"]["trainable_fraction"] = out["params_trainable"] / max(1, out["params_total"])
+    out["load_host_peak_rss_bytes"] = max(p["out"].get("load_host_peak_rss_bytes") or 0 for p in parts)
+    out["host_peak_rss_bytes"] = None  # finish sets it
+    phases = linear(a["phases"], b["phases"], c["phases"], more, "phases")
+    reset_allocs = linear(a["reset_allocs"], b["reset_allocs"], c["reset_allocs"], more, "reset_allocs")
+    check_peaks(trace, rounding, reset_allocs, out, phases, "the extrapolated")
+    cost = stepcost.StepCost(spec["knobs"], None)
+    if cost.compile:
+        raise NotExact("compile's fused byte counts")
+    for key, value in linear(a["cost"], b["cost"], c["cost"], more, "step cost").items():
+        setattr(cost, key, value)
+    flops = linear(a["flops"], b["flops"], c["flops"], more, "flops")
+    paged = linear(a["paged"], b["paged"], c["paged"], more, "paged state")
+    return measure.Measured(out, phases, flops, _Traced(trace, rounding), cost, paged, cuda_model,
+                             rss=max(p["rss"] for p in parts))
+
+
+class _Traced:
+    """What ``simulate.finish`` reads from a tracker, for an extended step: its trace and rounding."""
+
+    def __init__(self, trace: dict, rounding):
+        self._trace, self.rounding = trace, rounding
+
+    def trace(self, alloc_conf=None) -> dict:
+        return self._trace
+
+
+def linear(a, b, c, more: int, path: str):
+    """``a`` extended by ``more`` layers: each integer linear in a, b, c (one layer apart),
+    everything else the same in all three; NotExact otherwise."""
+    if not (type(a) is type(b) is type(c)):
+        raise NotExact(f"{path}: types differ")
+    if isinstance(a, dict):
+        if not (list(a) == list(b) == list(c)):
+            raise NotExact(f"{path}: keys differ")
+        return {k: linear(a[k], b[k], c[k], more, f"{path}.{k}") for k in a}
+    if isinstance(a, (list, tuple)):
+        if not (len(a) == len(b) == len(c)):
+            raise NotExact(f"{path}: lengths differ")
+        return type(a)(linear(x, y, z, more, f"{path}[{i}]") for i, (x, y, z) in enumerate(zip(a, b, c)))
+    if type(a) is int:
+        if b - a != c - b:
+            raise NotExact(f"{path}: {a}, {b}, {c} not linear in the layers")
+        return a + more * (b - a)
+    if a == b == c:
+        return a
+    raise NotExact(f"{path}: {a!r}, {b!r}, {c!r} differ")
+
+
+# -- the trace ------------------------------------------------------------------------------
+def extend_trace(a: dict, b: dict, c: dict, more: int) -> dict:
+    """The trace with ``more`` layers beyond ``a``'s, from the parts' traces; NotExact unless
+    ``a`` extended by 2 is ``c`` event for event."""
+    from bench.worker.memtrace import MAX_TRACE_EVENTS
+    ta, tb, tc = a["trace"], b["trace"], c["trace"]
+    for key in ta:
+        if key not in ("columns", "reset_at") and not (ta[key] == tb[key] == tc[key]):
+            raise NotExact(f"trace {key} differs")
+    if ta["dropped_events"] or tb["dropped_events"] or tc["dropped_events"]:
+        raise NotExact("truncated traces")
+    raw = linear(a["raw_events"], b["raw_events"], c["raw_events"], more, "trace events")
+    if raw > MAX_TRACE_EVENTS:
+        raise NotExact("the full trace would be truncated")
+    ea, eb, ec = encode(ta), encode(tb), encode(tc)
+    blocks = insertions(ea, eb)
+    if blocks is None:
+        raise NotExact("the k + 1 trace is not the k trace with repeated blocks inserted")
+    if pump(ea, blocks, 2) != ec:
+        raise NotExact("the trace extended by 2 layers is not the k + 2 trace")
+    if decode(ec, tc["categories"]) != {k: tc["columns"][k] for k in COLUMNS}:
+        raise NotExact("the trace does not read back")
+    out = dict(ta, columns=decode(pump(ea, blocks, more), ta["categories"]))
+    out["reset_at"] = linear(ta["reset_at"], tb["reset_at"], tc["reset_at"], more, "trace reset_at")
+    return out
+
+
+COLUMNS = ("kind", "serial", "bytes", "step", "phase", "op", "category")
+
+
+def encode(trace: dict) -> list[tuple]:
+    """The trace's events without serials (see the module docstring); NotExact if a serial is
+    allocated twice (an in-place resize)."""
+    col = trace["columns"]
+    kind, serial, nbytes, step, phase, op, cat = (col[k] for k in COLUMNS)
+    live: dict = {}     # (bytes, op, category) -> live serials, oldest first
+    what: dict = {}     # serial -> its (bytes, op, category)
+    top, out = 0, []
+    for i in range(len(kind)):
+        s = serial[i]
+        if kind[i]:
+            if s <= top:
+                raise NotExact(f"serial {s} allocated again (an in-place resize)")
+            sig = (nbytes[i], op[i], cat[i])
+            out.append((1, s - top, nbytes[i], step[i], phase[i], op[i], cat[i]))
+            top = s
+            live.setdefault(sig, []).append(s)
+            what[s] = sig
+        else:
+            sig = what.pop(s)
+            stack = live[sig]
+            oldest = stack.index(s)
+            newest = len(stack) - 1 - oldest
+            stack.pop(oldest)
+            out.append((0, step[i], phase[i], sig, -1 if oldest == 0 < newest else newest))
+    return out
+
+
+def decode(events: list[tuple], categories) -> dict:
+    """Columns of encoded events (``encode``'s inverse)."""
+    cols = {k: [] for k in COLUMNS}
+    kind, serial, nbytes, step, phase, op, cat = cols.values()
+    live: dict = {}
+    top = 0
+    for ev in events:
+        if ev[0]:
+            _, gap, n, st, ph, o, ca = ev
+            top += gap
+            s = top
+            live.setdefault((n, o, ca), []).append(s)
+        else:
+            _, st, ph, sig, rank = ev
+            stack = live.get(sig)
+            index = (len(stack) - 1 - rank if rank >= 0 else -1 - rank) if stack else -1
+            if not stack or not 0 <= index < len(stack):
+                raise NotExact("a free of nothing live")
+            s = stack.pop(index)
+            n, o, ca = 0, 0, sig[2]
+        kind.append(ev[0])
+        serial.append(s)
+        nbytes.append(n)
+        step.append(st)
+        phase.append(ph)
+        op.append(o)
+        cat.append(ca)
+    return cols
+
+
+WINDOW = 64
+
+
+def insertions(a: list, b: list) -> list | None:
+    """``b`` as ``a`` with blocks inserted, each a repeat of the events just before it in
+    ``b``: [(position in a, block)], or None. Where a block goes, the smallest that repeats what
+    precedes it and after which ``b`` runs on as ``a`` for the longest window is taken."""
+    i = j = 0
+    left = len(b) - len(a)
+    out = []
+    while i < len(a):
+        if j < len(b) and a[i] == b[j]:
+            i += 1
+            j += 1
+            continue
+        found, window = None, WINDOW
+        while found is None and window >= 1:
+            w = min(window, len(a) - i)
+            for d in range(1, min(left, j) + 1):
+                if b[j + d] != a[i] if j + d < len(b) else True:
+                    continue  # b cannot run on as a from here: no need to compare more
+                if b[j + d:j + d + w] == a[i:i + w] and b[j:j + d] == b[j - d:j]:
+                    found = d
+                    break
+            window //= 2
+        if found is None:
+            return None
+        out.append((i, b[j:j + found]))
+        j += found
+        left -= found
+    if j < len(b):
+        d = len(b) - j
+        if d > j or b[j:] != b[j - d:j]:
+            return None
+        out.append((len(a), b[j:]))
+    return out
+
+
+def pump(a: list, blocks: list, times: int) -> list:
+    """``a`` with each block inserted ``times`` times at its place."""
+    out, prev = [], 0
+    for pos, block in blocks:
+        out.extend(a[prev:pos])
+        out.extend(block * times)
+        prev = pos
+    out.extend(a[prev:])
+    return out
+
+
+# -- peaks from a trace, by the tracker's rules ---------------------------------------------
+def trace_peaks(trace: dict, rounding, reset_allocs: int) -> dict:
+    """The tracker's peaks recomputed from its trace (bench/worker/memtrack.py): the peak after
+    the build's reset and the categories live at its first reaching, each phase's peak and its
+    categories, each step's peak (from what is live at its start), the build's peak.
+    NotExact where the trace cannot say (the peak at the reset itself)."""
+    from bench.worker.memtrace import TRACE_PHASES
+    col = trace["columns"]
+    kind, serial, nbytes, step, phase, cat = (col[k] for k in ("kind", "serial", "bytes", "step", "phase",
+                                                              "category"))
+    size: dict = {}
+    total = allocs = build = at_reset = 0
+    peak, peak_at = -1, -1
+    phase_peak, phase_at = dict.fromkeys(PHASES, 0), {}
+    steps = [None] * trace["steps"]
+    current = -1
+    for i in range(len(kind)):
+        st = step[i]
+        while current < st:  # a new step starts from what is live
+            current += 1
+            if current >= 0:
+                steps[current] = total
+        if kind[i]:
+            n = size[serial[i]] = rounding(nbytes[i])
+            total += n
+            allocs += 1
+            if allocs <= reset_allocs:
+                build = max(build, total)
+                at_reset = total
+            else:
+                if total > peak:
+                    peak, peak_at = total, i
+                name = TRACE_PHASES[phase[i]]
+                if name in phase_peak and total > phase_peak[name]:
+                    phase_peak[name], phase_at[name] = total, i
+            if st >= 0 and total > steps[st]:
+                steps[st] = total
+        else:
+            total -= size.pop(serial[i])
+    if peak <= at_reset:
+        raise NotExact("the peak is at the build's end")
+    steps = [total if s is None else s for s in steps]
+    wanted = {peak_at: [], **{i: [] for i in phase_at.values()}}
+    live: dict = {}
+    cats = trace["categories"]
+    for i in range(len(kind)):
+        if kind[i]:
+            live[serial[i]] = (rounding(nbytes[i]), cat[i])
+        else:
+            live.pop(serial[i], None)
+        if i in wanted:
+            by = dict.fromkeys(cats, 0)
+            for n, ca in live.values():
+                by[cats[ca]] += n
+            wanted[i] = by
+    empty = dict.fromkeys(cats, 0)
+    return {"peak_bytes": peak, "breakdown_bytes": wanted[peak_at], "phase_peak_bytes": phase_peak,
+            "phases": {p: wanted[phase_at[p]] if p in phase_at else dict(empty) for p in PHASES},
+            "step_peak_bytes": steps, "build_peak_bytes": build}
+
+
+def check_peaks(trace: dict, rounding, reset_allocs: int, out: dict, phases: dict, whose: str) -> None:
+    got = trace_peaks(trace, rounding, reset_allocs)
+    want = {"peak_bytes": out["peak_bytes"], "breakdown_bytes": out["breakdown_bytes"],
+            "phase_peak_bytes": out["phase_peak_bytes"], "phases": phases,
+            "step_peak_bytes": out["step_peak_bytes"], "build_peak_bytes": out["details"]["build_peak_bytes"]}
+    for key, value in want.items():
+        if got[key] != value:
+            raise NotExact(f"{key} from the trace {got[key]} is not {whose} {value}")

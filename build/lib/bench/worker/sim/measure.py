@@ -1,0 +1,60 @@
+"""One simulated step, measured: the cell's single-process step (its sharding engine taken off)
+under fake tensors, and what ``simulate.finish`` reads from it (``Measured``). The step
+itself is bench/worker/train.py's, run in bench/worker/sim/fakestep.py's fake mode; a step
+of many identical layers may instead be built from fewer (bench/worker/sim/layers.py), which
+gives the same ``Measured``.
+"""
+from __future__ import annotations
+
+from bench.worker.sim import fakestep, rankgroup
+from bench.worker import optimizers, train
+
+
+def single_process(spec: dict) -> dict:
+    """The spec of the step sim runs: the cell without its sharding engine (one process)."""
+    knobs = dict(spec["knobs"], dist=None, world_size=1)
+    if (spec["knobs"]["dist"] or "").startswith("zero") and knobs["precision"] == "bf16":
+        knobs["cast_module"] = "bf16"  # DeepSpeed's bf16 engine casts the whole module (peft's fp32 adapters too)
+    return dict(spec, knobs=knobs, world_size=1, ds_config=None)
+
+
+def simulate_step(spec: dict, cuda_model: bool = True):
+    """(record fields, tracker, hook) of the cell's single-process step under fake tensors."""
+    tracker = fakestep.sim_tracker(cuda_model=cuda_model)
+    with fakestep.FakeRun(spec, tracker, cuda_model=cuda_model) as fake:
+        out = train.train(spec, "cpu", tracker, sim=fake)
+    return out, tracker, fake
+
+
+class Measured:
+    """What the simulated step gives ``finish``: the step's record fields (``out``, times
+    dropped), the phases' breakdowns, FLOPs, the tracker (its trace and rounding), the step
+    cost counter, the paged optimizer state, the session (None when the step was extended
+    from fewer layers: bench/worker/sim/layers.py), and the host's peak RSS."""
+
+    def __init__(self, out, phases, flops, tracker, cost, paged, cuda_model: bool, session=None, rss=None):
+        self.out, self.phases, self.flops, self.tracker = out, phases, flops, tracker
+        self.cost, self.paged, self.cuda_model, self.session, self.rss = cost, paged, cuda_model, session, rss
+
+
+def measure(spec: dict, cuda_model: bool = True, per_rank: bool = True) -> Measured:
+    """The cell's step under fake tensors, as ``finish`` reads it: one rank's own program where
+    sim traces the cell's engine per rank (bench/worker/sim/rankgroup.py) and ``per_rank``, else
+    the single-process step."""
+    run_spec = spec if per_rank and rankgroup.traced(spec) else single_process(spec)
+    out, tracker, fake = simulate_step(run_spec, cuda_model)
+    phases = tracker.phase_breakdown()
+    out.update(step_s_median=None, tokens_per_s=None)
+    out["details"].pop("timed_s", None)  # fake time, and the load beside it
+    out["details"].pop("timing_load", None)
+    paged = paged_state_bytes(fake.session, spec["knobs"], tracker.rounding)
+    return Measured(out, phases, fake.flops, tracker, fake.cost, paged, cuda_model, fake.session)
+
+
+def paged_state_bytes(session, knobs: dict, rounding) -> int:
+    """Bytes of the optimizer state a paged bitsandbytes optimizer keeps in CUDA unified memory
+    (bench/worker/optimizers.py ``paged_state_tensors``): counted in the peak (it is resident on
+    the device until evicted) but outside torch's allocator. Always live at the peak: allocated
+    in the warm-up step, kept for the run."""
+    tensors = optimizers.paged_state_tensors(session.optimizer, knobs["optimizer"].startswith("paged-"))
+    return sum(rounding(t.untyped_storage().nbytes()) for t in tensors)

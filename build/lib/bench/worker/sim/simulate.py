@@ -1,0 +1,325 @@
+"""Sim mode: a full-size training step under fake tensors, as a CUDA device would allocate it.
+
+    python -m bench.worker SPEC.json RECORD.json      # a cell of a `mode: sim` study
+    simulate.run(spec) -> dict of record fields        # what bench/worker.py calls
+
+The step is bench/worker/train.py's (same Session, transformers model, peft adapters, torch and
+bitsandbytes optimizers, same loop), run on FakeTensorMode tensors of device cpu
+(bench/worker/sim/fakestep.py): shapes, dtypes and storages exist, no memory is allocated, so a 70B
+model simulates in a few hundred MiB of host memory (``host_peak_rss_bytes`` proves it).
+The tracker (bench/worker/memtrack.py) counts every storage as the CUDA caching allocator would
+(bench/worker/cuda_alloc.py), attention and kernel scratch as CUDA runs them (bench/worker/sim/cuda_kernels.py).
+
+The record (provenance "simulated"):
+
+- ``peak_bytes``, ``breakdown_bytes``, ``phase_peak_bytes``, ``step_peak_bytes``: per GPU.
+  For ZeRO/FSDP cells the single-process step is partitioned analytically per rank
+  (bench/worker/sim/sharding.py; ``details.zero_partitioning`` says so, ``details.unpartitioned`` keeps
+  the step's own figures, and ``step_peak_bytes`` is None: no per-step series per rank).
+- ``flops_per_step``: torch.utils.flop_counter's formulas over the first step after warm-up
+  (one rank's micro-batches), so checkpointing's recomputation shows.
+- ``modelled_reserved_peak_bytes``, ``allocator_model``: the step's allocation trace replayed
+  through the CUDA caching-allocator model (bench/worker/alloctrace.py); the trace itself is
+  written beside the record.
+- ``verdicts`` {gpu: fits|tight|oom} for every GPU of the study, from one simulation, by the
+  modelled reserved memory (bench/estimate/verdicts.py); ``details.verdict_rule``,
+  ``details.verdict_reserve_bytes``, ``details.verdict_notes``. For ZeRO/FSDP cells the
+  reserved peak per rank is estimated (partitioned peak + the replay's fragmentation).
+- ``details.peers``: DeepSpeed's and accelerate's estimates beside ours (bench/worker/sim/peers.py).
+- ``step_s_median``, ``tokens_per_s``: None; a fake step's time says nothing about a GPU.
+- ``details.step_cost``: what the step costs a GPU (FLOPs per dtype, bytes moved, NF4
+  dequantization, recomputation, communication; bench/worker/sim/stepcost.py), and
+  ``details.speed_model`` {gpu: estimate}: the step time it models on each GPU of the study
+  (bench/estimate/speedmodel.py; provenance "modelled", never a measurement).
+
+Known differences from a real CUDA run, kept small and stated rather than patched over:
+torch's AdamW keeps its 4-byte ``step`` counters on the host unless capturable/fused (sim
+counts them: at most 512 B per parameter tensor); bitsandbytes' paged optimizers allocate
+their state with cudaMallocManaged, outside torch's allocator: sim counts it in ``peak_bytes``
+(resident device memory until evicted), names it in the trace, and the allocator replay keeps
+it apart (``allocator_model.unified_peak_bytes``; ``details.paging`` per GPU: what stays
+resident, what the driver pages to host memory); the CUDA context is the verdict's reserve; T4 (no bf16 kernels)
+is flagged in ``details.verdict_notes``.
+Cells sim cannot run are skipped records, decided when the matrix loads (bench/spec/techniques.py).
+"""
+from __future__ import annotations
+
+from bench.worker.sim import peers, rankgroup, sharding
+from bench.worker import alloctrace, optimizers, train
+from bench.worker import dist as dist_mod
+from bench.estimate import partition, speedmodel, verdicts
+from bench.worker.sim.measure import Measured, measure
+
+CUDA_MODEL = ("CUDA caching-allocator rounding (512-byte blocks), CUDA attention kernels "
+              "(flash / memory-efficient footprint), CUDA kernel workspaces (flash backward, bnb gemm_4bit)")
+
+
+def _deepspeed_master(session, knobs: dict, rounding, details: dict) -> tuple:
+    """DeepSpeed's ZeRO optimizer over the simulated single-process step (bench/worker/sim/
+    sharding.py): the fp32 master weights (and bf16's fp32 moments) it adds, in the record's
+    dtypes; (master bytes, moment upcast bytes, bf16) for ``sharding.deepspeed_master``."""
+    import torch
+
+    trainable = sum(p.numel() for p in session.model.parameters() if p.requires_grad)
+    master = rounding(4 * trainable)
+    state = sum(rounding(t.untyped_storage().nbytes()) for t in optimizers.state_tensors(session.optimizer)
+                if t.dtype == torch.bfloat16 and t.dim() > 0 and not t.requires_grad)
+    bf16 = knobs["precision"] == "bf16"
+    details["deepspeed_master"] = {"master_weight_bytes": master, "moment_upcast_bytes": state,
+                                   "how": "analytic: DeepSpeed ZeRO optimizer's fp32 master weights and their gradient"}
+    dtypes = details.get("dtypes", {})
+    dtypes["master_weights"] = ["float32"]
+    dtypes["optimizer_state"] = sorted({"float32" if d == "bfloat16" else d for d in dtypes.get("optimizer_state", [])})
+    return master, state, bf16
+
+
+def _zero_layout(m: Measured, spec: dict, rounding) -> dict | None:
+    """What DeepSpeed's settings add to the ZeRO formula (bench/worker/sim/sharding.py): ZeRO-2's
+    per-rank gradient buffers, ZeRO-3's units kept gathered by the reuse distance; None otherwise."""
+    dist, n = spec["knobs"]["dist"] or "", spec["world_size"]
+    if dist not in ("zero2", "zero3", "zero3-offload"):
+        return None
+    settings = dist_mod.zero_settings(spec, m.session.model.config.hidden_size)
+    layout = sharding.zero_layout(m.session.optimizer, n, settings, 2 if dist == "zero2" else 3, rounding)
+    if dist != "zero2":
+        numels = [pn for pn, _ in sharding.unit_bytes(m.session.model, numel=True)]
+        layout.update(live_units=sharding.live_units(numels, settings, bool(spec["knobs"]["gc"])), units=len(numels),
+                      stage3_max_reuse_distance=int(settings["stage3_max_reuse_distance"]))
+    return layout
+
+
+def states_phase_of(phases: dict) -> str:
+    """The phase at whose peak the model states (weights + gradients + optimizer state) are
+    largest: the optimizer step, where all three live, unless the step runs inside backward
+    (``opt-in-bwd``: the optimizer phase is empty and the states peak in backward)."""
+    return max(phases, key=lambda p: (sum(phases[p][c] for c in ("parameters", "gradients", "optimizer")),
+                                      p == "optimizer"))
+
+
+def run(spec: dict, cuda_model: bool = True) -> dict:
+    """Record fields for a sim cell (see the module docstring). What sim cannot run was
+    decided when the matrix loaded (bench/spec/techniques.py ``skip_reason``). A decoder of many
+    identical layers is simulated with fewer and extended where that is verified exact
+    (bench/worker/sim/layers.py); anything else, and any extension that does not verify,
+    runs the full step."""
+    from bench.worker.sim import layers
+    if rankgroup.traced(spec):  # one rank's own program, and the single process beside it as a cross-check
+        single = measure(spec, cuda_model, per_rank=False) if spec.get("cross_check", True) else None
+        return per_rank(spec, measure(spec, cuda_model), single, peers.gather(spec))
+    gathered: dict = {}
+    # the peers read the config only: they run here while the small steps run in their forks
+    m = layers.extended(spec, cuda_model, meanwhile=lambda: gathered.update(peers.gather(spec)))
+    return finish(spec, m if m is not None else measure(spec, cuda_model), gathered or None)
+
+
+def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
+    """The record fields from the measured step: partitioning, the allocator replay, verdicts,
+    peers (``peers.gather``'s figures where they were gathered already), step cost and speed model.
+    A step run as one rank runs it is ``per_rank``'s."""
+    out, tracker, phases = m.out, m.tracker, m.phases
+    states_phase = states_phase_of(phases)
+    states = phases[states_phase]
+    out.update(flops_per_step=m.flops)
+    details = out["details"]
+    details.update(simulated=CUDA_MODEL if m.cuda_model else "cpu kernels, exact bytes",
+                   phase_breakdown_bytes=phases)
+    master_args = None
+    if (spec["knobs"]["dist"] or "").startswith("zero"):
+        master_args = _deepspeed_master(m.session, spec["knobs"], tracker.rounding, details)
+    if spec["knobs"]["dist"]:
+        n, dist = spec["world_size"], spec["knobs"]["dist"]
+        details["unpartitioned"] = {k: out[k] for k in ("peak_bytes", "breakdown_bytes", "phase_peak_bytes",
+                                                        "step_peak_bytes")}
+        units = sharding.unit_bytes(m.session.model, tracker.rounding)
+        whole = dist_mod.quant_state_bytes(m.session.model, tracker.rounding)
+        layout = _zero_layout(m, spec, tracker.rounding)
+        if layout:
+            details["zero_layout"] = layout
+        trace = tracker.trace(spec["knobs"]["alloc_conf"])
+        rule = partition.rank_rule(dist, n, units, whole, layout, master_args, "cuda" if m.cuda_model else "exact")
+        details["per_rank_rule"] = rule  # the fits search applies it to interpolated traces (bench/search/shapes.py)
+        part = partition.per_rank(trace, rule)
+        phases = part.pop("phases")
+        out.update(peak_bytes=part["peak_bytes"], breakdown_bytes=part["breakdown_bytes"],
+                   phase_peak_bytes=part["phase_peak_bytes"], step_peak_bytes=None)
+        states = sharding.partition({states_phase: phases[states_phase]}, dist, n, (), whole, layout)["breakdown_bytes"]
+        if not any(states[c] for c in ("parameters", "gradients", "optimizer")):
+            # everything offloaded at the step (fsdp-offload): the GPU's states are the gathered units
+            states = max((sharding.partition({ph: phases[ph]}, dist, n, units, whole, layout)["breakdown_bytes"]
+                          for ph in phases), key=lambda b: b["parameters"] + b["gradients"] + b["optimizer"])
+        details.update(zero_partitioning=f"{sharding.LABEL}: {dist} at world size {n}",
+                       zero_peak_phase=part["peak_phase"])
+        if part["offloaded_bytes"]:
+            details["offloaded_bytes"] = part["offloaded_bytes"]
+            details["offloaded_how"] = "analytic: the offloaded categories' partition per rank, in host memory"
+    profiles = spec["verdict_gpus"]
+    details.update(verdict_reserve_bytes=verdicts.RESERVE_BYTES, verdict_notes=verdicts.notes(spec["knobs"], profiles))
+    if spec["knobs"]["dist"]:  # the trace is the single process's step: no per-rank replay
+        model = alloctrace.attach(out, tracker, spec, {}, trace)
+        reserved = out["peak_bytes"] + model["fragmentation_at_peak_bytes"]
+        out["modelled_reserved_peak_bytes"] = reserved
+        model["per_rank_estimate"] = ("modelled_reserved_peak_bytes = partitioned peak + this single-process "
+                                      "replay's fragmentation at its peak; the figures here are the single process's")
+        details["verdict_rule"] = verdicts.ESTIMATE_RULE
+        details["load_phase"] = multi_process_load(m.session.model, spec, model, profiles, units, out)
+        outside = nccl_details(spec, details)
+        out["verdicts"] = verdicts.after_load(verdicts.from_estimate(reserved, out["peak_bytes"], profiles, outside),
+                                              details["load_phase"]["verdicts"])
+        for gpu, v in details["load_phase"]["verdicts"].items():
+            if v != "fits":
+                details["verdict_notes"][gpu] = "; ".join(filter(None, (
+                    details["verdict_notes"].get(gpu), f"oom while loading ({details['load_phase']['placement']})")))
+    else:
+        model = alloctrace.attach(out, tracker, spec, profiles)
+        out["verdicts"] = verdicts.from_replay(model, profiles)
+        details["verdict_rule"] = verdicts.RULE
+        details["load_phase"] = verdicts.load_phase(model, profiles, out.get("load_host_peak_rss_bytes"))
+        details["load_phase"].update(checkpoint(spec, out["params_total"]))  # what hostmem.py reads of the load
+        loading = {g for g, v in details["load_phase"]["verdicts"].items() if v != "fits"}
+        details["verdict_notes"].update({g: "; ".join(filter(None, (details["verdict_notes"].get(g),
+                                         "oom while loading: the model does not fit on the card as it loads, "
+                                         "before the first step"))) for g in loading})
+        pages = verdicts.paging(model, profiles)
+        if pages:
+            details["paging"] = pages
+            details["verdict_notes"].update({g: "; ".join(filter(None, (details["verdict_notes"].get(g), n)))
+                                             for g, n in verdicts.paging_notes(pages).items()})
+    return _costs(spec, m, out, states, gathered_peers)
+
+
+def _costs(spec: dict, m: Measured, out: dict, states: dict, gathered_peers: dict | None) -> dict:
+    """The record's peers, published figure, step cost and modelled speed (the last of ``finish``)."""
+    details, profiles = out["details"], spec["verdict_gpus"]
+    peak_phase = max(out["phase_peak_bytes"], key=out["phase_peak_bytes"].get)
+    ours = peers.ours_summary(spec, states, out["breakdown_bytes"], peak_phase, out["params_total"],
+                              out["params_trainable"])
+    details["model_state_bytes"] = ours["model_states"]
+    details["peers"] = peers.compare(spec, ours, gathered_peers)
+    if m.paged:
+        details["paged_state_bytes"] = m.paged
+    if spec.get("published"):
+        details["published"] = published(spec["published"], out["peak_bytes"], m.paged)
+    cost = details["step_cost"] = m.cost.record(spec, m.session)
+    pages = details.get("paging", {})
+    details["speed_model"] = {gpu: speedmodel.estimate(cost, profile, spec["knobs"],
+                                                       pages.get(gpu, {}).get("paged_out_bytes", 0))
+                              for gpu, profile in profiles.items()}
+    out["host_peak_rss_bytes"] = max(train.host_peak_rss(), m.rss or 0)
+    return out
+
+
+def per_rank(spec: dict, m: Measured, single: Measured | None, gathered_peers: dict | None) -> dict:
+    """A cell whose step sim ran as rank 0 runs it: the rank's own trace is the record's and the
+    allocator replay's; the load as the engine places it (``multi_process_load``); the formula over
+    the single-process step ``single`` beside it, with how far the two differ (None: a search's
+    sample, which needs the rank's figures only)."""
+    out, tracker, phases = m.out, m.tracker, m.phases
+    n, dist, profiles = spec["world_size"], spec["knobs"]["dist"], spec["verdict_gpus"]
+    details = out["details"]
+    out.update(flops_per_step=m.flops)
+    details.update(simulated=CUDA_MODEL if m.cuda_model else "cpu kernels, exact bytes", phase_breakdown_bytes=phases,
+                   rank_program={"how": rankgroup.HOW, "rank": 0, "world_size": n, "engine": dist},
+                   zero_partitioning=f"per rank: {rankgroup.HOW}; the formula beside it in details.formula_cross_check",
+                   zero_peak_phase=max(out["phase_peak_bytes"], key=out["phase_peak_bytes"].get))
+    units = sharding.unit_bytes(m.session.model, tracker.rounding)  # a DTensor's numel is the whole weight's
+    if single is not None:
+        formula = sharding.partition(single.phases, dist, n, units,
+                                     dist_mod.quant_state_bytes(single.session.model, single.tracker.rounding))
+        details["formula_cross_check"] = {
+            "how": f"{sharding.LABEL}: {dist} at world size {n}", "peak_bytes": formula["peak_bytes"],
+            "breakdown_bytes": formula["breakdown_bytes"], "peak_phase": formula["peak_phase"],
+            "traced_minus_formula_bytes": out["peak_bytes"] - formula["peak_bytes"],
+            "traced_over_formula": out["peak_bytes"] / formula["peak_bytes"] - 1 if formula["peak_bytes"] else None}
+        details["unpartitioned"] = {k: single.out[k] for k in ("peak_bytes", "breakdown_bytes", "phase_peak_bytes",
+                                                               "step_peak_bytes")}
+    details.update(verdict_reserve_bytes=verdicts.RESERVE_BYTES, verdict_notes=verdicts.notes(spec["knobs"], profiles))
+    outside = nccl_details(spec, details)
+    model = alloctrace.attach(out, tracker, spec, profiles, outside=outside)
+    model["per_rank"] = "the trace replayed is rank 0's own step, from its shards placed at load"
+    details["verdict_rule"] = verdicts.RULE + "; the trace is rank 0's own step (FSDP2 over a fake process group)"
+    details["load_phase"] = multi_process_load(m.session.model, spec, model, profiles, units, out)
+    out["verdicts"] = verdicts.after_load(verdicts.from_replay(model, profiles, outside),
+                                          details["load_phase"]["verdicts"])
+    for gpu, v in details["load_phase"]["verdicts"].items():
+        if v != "fits":
+            details["verdict_notes"][gpu] = "; ".join(filter(None, (
+                details["verdict_notes"].get(gpu), f"oom while loading ({details['load_phase']['placement']})")))
+    return _costs(spec, m, out, phases[states_phase_of(phases)], gathered_peers)
+
+
+def nccl_details(spec: dict, details: dict) -> dict[str, int]:
+    """NCCL's device buffers per GPU of a multi-GPU cell (bench/estimate/nccl.py), into
+    ``details.nccl``; returns {gpu: bytes}, what the verdicts take off each GPU's capacity."""
+    from bench.estimate import nccl
+    got = nccl.by_gpu(spec["world_size"], spec["verdict_gpus"])
+    if got:
+        details["nccl"] = {"label": nccl.LABEL, "by_gpu": got}
+    return {g: v["bytes"] for g, v in got.items()}
+
+
+# how each sharding engine loads the model as people launch it (accelerate, TRL, the HF Trainer)
+ENGINE_PLACEMENT = {"zero3": "zero-init", "zero3-offload": "zero-init", "fsdp": "fsdp-meta",
+                    "fsdp-offload": "fsdp-meta-offload"}
+
+
+def checkpoint(spec: dict, params_total: int) -> dict:
+    """The model's checkpoint as stored, for the load's host memory (bench/estimate/hostmem.py, loadplan.py):
+
+    - ``checkpoint_bytes``: every weight, unquantized, in the config's ``torch_dtype`` (transformers'
+      default fp32 where it names none): what a sharding engine's rank 0 (FSDP) or every rank (ZeRO)
+      holds on the host as it loads;
+    - ``largest_shard_bytes``: what a single process's own load holds of it at once, its largest
+      shard file, min(checkpoint, 5 GB) (``loadplan.largest_shard``: ``SHARD_BYTES`` is 5 GB, the
+      default ``max_shard_size`` of transformers 4.x's ``PreTrainedModel.save_pretrained`` and the Hub's
+      layout; 4.x's ``PreTrainedModel._load_pretrained_model`` loads the ``resolved_archive_file`` list
+      one shard at a time, transformers 5's memory-maps the shards and copies tensor by tensor).
+
+    ``spec["model_config"]`` is the config file, or the model's folder holding its config.json (a
+    model with its own code, trust_remote_code). Read once a call, and called once a cell (the
+    one-process load, or ``multi_process_load``): the built model's config is no substitute, as
+    building the model set its dtype to the run's (``from_config(dtype=...)``), not the stored one."""
+    import json
+    from pathlib import Path
+    from bench.estimate import loadplan
+    path = Path(spec["model_config"])
+    raw = json.loads((path / "config.json" if path.is_dir() else path).read_text())
+    size = {"float32": 4, "float16": 2, "bfloat16": 2}.get(raw.get("torch_dtype") or raw.get("dtype"), 4)
+    stored = params_total * size
+    return {"checkpoint_bytes": stored, "largest_shard_bytes": loadplan.largest_shard(stored)}
+
+
+def multi_process_load(model, spec: dict, replayed: dict, profiles: dict, units: list, out: dict) -> dict:
+    """The load phase of a ZeRO/FSDP cell per rank (bench/estimate/loadplan.py): every placement's bytes
+    and verdicts at the cell's world size, and the one the cell's engine uses as launched by
+    accelerate and the HF Trainer (``ENGINE_PLACEMENT``: zero.Init for ZeRO-3, CPU-RAM-efficient
+    loading for FSDP; ZeRO-1/2 keep the whole model on every rank anyway)."""
+    from bench.estimate import loadplan
+    weights = sum(pb for pb, _ in units)
+    largest = max((p.numel() * p.element_size() for p in model.parameters()), default=0)
+    unit = max((pb for pb, _ in units[1:-1]), default=0)  # one decoder layer
+    n, dist = spec["world_size"], spec["knobs"]["dist"]
+    stored = checkpoint(spec, out["params_total"])["checkpoint_bytes"]  # rank 0 / every rank holds it whole
+    plans = loadplan.placements(weights, largest, unit, n, profiles, stored)
+    chosen = ENGINE_PLACEMENT.get(dist, "full-per-rank")
+    return {"placement": chosen, "how": loadplan.PLACEMENTS[chosen], "weights_bytes": weights,
+            "checkpoint_bytes": stored,
+            "largest_param_bytes": largest, "unit_bytes": unit, "world_size": n,
+            "verdicts": plans[chosen]["verdicts"], "placements": plans, "provenance": loadplan.PROVENANCE,
+            "single_process": verdicts.load_phase(replayed, profiles, out.get("load_host_peak_rss_bytes"))}
+
+
+def published(pub: dict, peak: int, paged: int) -> dict:
+    """A published figure for this setting beside ours, with the signed error. A published
+    ``active`` or ``allocated`` figure (and one whose measure is not stated) is torch's allocator's count, which never holds what
+    bitsandbytes pages outside it: ours is compared without those bytes (``simulated_peak_gib``,
+    ``compared`` says so), and the full device peak stays beside it (``simulated_device_peak_gib``)."""
+    pub = dict(pub)
+    torch_counted = pub.get("measure") in ("active", "allocated", "not-stated")  # not stated: as allocated,
+    # the scoreboard's rule (bench/corpus/scoreboard.py): a source that names no measure is compared as allocated
+    compared = peak - paged if torch_counted else peak
+    pub.update(simulated_peak_gib=compared / 2**30, simulated_device_peak_gib=peak / 2**30,
+               compared="peak without paged optimizer state (outside torch's allocator)" if torch_counted and paged
+               else "peak")
+    pub["signed_error"] = pub["simulated_peak_gib"] / pub["peak_gib"] - 1
+    return pub
+

@@ -1,0 +1,47 @@
+"""What the numbers leave out: the short 'not included' list near the top of the page.
+
+Each item is said only when it applies to this run (read from the table: its modes, the
+records' details), so the list never claims a gap the run does not have.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from report.fmt import details, knobs
+
+
+def _any(df, test) -> bool:
+    return any(test(r) for _, r in df.iterrows())
+
+
+def section(df: pd.DataFrame, fits: pd.DataFrame | None = None) -> dict:
+    items = []
+    modes = set(df["mode"])
+    if "cuda" not in modes:
+        items.append("No GPU measurement in this run: every full-size number is simulated (fake tensors) and every "
+                     "speed shown is modelled; only the small CPU models were run for real (GPU runs: "
+                     "`ft-membench measure`, matrix/cuda-h200.yaml).")
+    sim = df[df["mode"] == "sim"]
+    reserves = {details(r).get("verdict_reserve_bytes") for _, r in sim.iterrows()} - {None}
+    if reserves:
+        items.append("The CUDA context, cuBLAS workspaces and kernels are a fixed reserve of "
+                     + " / ".join(f"{b / 2**20:.0f} MiB" for b in sorted(reserves) if isinstance(b, (int, float)))
+                     + " per card, for memory outside the caching allocator, measured on one H200 (742-758 MiB "
+                     "with NVML); it varies with driver and GPU.")
+    if _any(df, lambda r: knobs(r).get("dist")):
+        items.append("The communication streams' own allocator pools and DeepSpeed's all-gather and prefetch buckets "
+                     "of multi-GPU cells; FSDP2 cells are each rank's own traced step, ZeRO and FSDP offload are "
+                     "worked out by formula (marked 'analytic': it agrees with real DeepSpeed ZeRO-1/2/3 on a tiny "
+                     "model at 1, 2 and 4 ranks, unchecked at 7-70B scale). NCCL's device buffers are in the need, "
+                     "modelled from NCCL's defaults for the world size and the card's interconnect (76 MiB to about "
+                     "1 GiB a GPU), not measured.")
+    items.append("Other processes on the card (a display, a second job) and the memory nvidia-smi shows above "
+                 "the CUDA total.")
+    items.append("The data loader, the tokenizer and host memory during training; checkpoint saving.")
+    if not sim.empty and not _any(sim, lambda r: isinstance(details(r).get("speed_model"), dict)):
+        items.append("Speed: no speed model in these records, so no step time is estimated and recipes are "
+                     "not ranked by speed.")
+    if fits is None:
+        items.append("The largest sequence and batch that fit: not searched in this run (the fits search, "
+                     "results/fits.csv, was not given).")
+    return {"title": "Not included", "lines": items}

@@ -1,0 +1,71 @@
+"""The package as a wheel (issue 42): built from pyproject.toml, installed in a fresh virtual
+environment (no editable install, no checkout on its path) and run from outside the checkout.
+
+The fresh environment takes its dependencies (torch, transformers, ...) from this one's
+site-packages by a path line (a ``.pth`` line adds the folder only: this environment's own
+editable install of ft-membench is not carried over), so the test needs no network.
+"""
+import json
+import os
+import site
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from bench import home
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp),
+                    str(REPO)], check=True, capture_output=True, text=True)
+    wheel = next(tmp.glob("ft_membench-*.whl"))
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    purelib = Path(subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                  check=True, capture_output=True, text=True).stdout.strip())
+    (purelib / "deps-from-the-test-env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index",
+                    str(wheel)], check=True, capture_output=True, text=True)
+    outside = tmp / "elsewhere"
+    outside.mkdir()
+    return wheel, venv, outside
+
+
+def test_the_wheel_holds_every_package_and_its_data(installed):
+    wheel, _, _ = installed
+    names = set(zipfile.ZipFile(wheel).namelist())
+    packages = {p.parent.relative_to(REPO).as_posix() for p in REPO.glob("bench/**/__init__.py")} | {"report"}
+    assert {f"{p}/__init__.py" for p in packages} <= names     # bench/fit and bench/spec/trainconfig among them
+    assert {"bench/fit/answer.py", "bench/spec/matrix.schema.json", "report/template.html.j2"} <= names
+    assert not any(n.startswith(("matrix/", "results/", "tests/")) for n in names)
+
+
+def test_the_installed_command_answers_from_a_checkout_named_by_its_home(installed):
+    _, venv, outside = installed
+    exe = venv / "bin" / "ft-membench"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", home.ENV)}
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import bench; print(bench.__file__)"],
+                           cwd=outside, env=env, check=True, capture_output=True, text=True).stdout
+    assert str(venv) in where and str(REPO) not in where   # the wheel's code, not the checkout's
+    got = subprocess.run([str(exe), "fit", "qwen2.5-7b", "--gpu", "rtx-4090", "--json"], cwd=outside,
+                         env=dict(env, **{home.ENV: str(REPO)}), capture_output=True, text=True, timeout=300)
+    assert got.returncode in (0, 1), got.stderr
+    answer = json.loads(got.stdout)
+    assert answer["gpu"]["name"] == "rtx-4090" and answer["recipes"]
+    assert all(r["record_source"] and "results/reference" in r["record_source"] for r in answer["recipes"]
+               if r["verdict"] in ("fits", "tight", "oom"))
+    # without a checkout to read: one line that says what to do, exit 2, before anything runs
+    bare = subprocess.run([str(exe), "fit", "qwen2.5-7b", "--gpu", "rtx-4090"], cwd=outside, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert bare.returncode == 2 and bare.stdout == ""
+    line, = bare.stderr.strip().splitlines()
+    assert line.startswith("ft-membench: no matrix/default.yaml") and home.ENV in line
