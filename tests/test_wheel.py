@@ -7,6 +7,7 @@ editable install of ft-membench is not carried over), so the test needs no netwo
 """
 import json
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -24,8 +25,16 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wheel")
+    # built from a copy of what the wheel is made of: setuptools writes build/ and *.egg-info beside the
+    # sources, and the checkout stays as it was
+    src = tmp / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    for name in ("bench", "report"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp),
-                    str(REPO)], check=True, capture_output=True, text=True)
+                    str(src)], check=True, capture_output=True, text=True)
     wheel = next(tmp.glob("ft_membench-*.whl"))
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

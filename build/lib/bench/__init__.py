@@ -1,1 +1,0 @@
-"""ft-membench harness: matrix loader, isolated cell runs, memory tracker, training step."""

@@ -1,2 +1,0 @@
-"""The published corpus of GPU memory measurements: its loader, its sim matrix, the peers, and
-the scoreboard. Torch-free."""

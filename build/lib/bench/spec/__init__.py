@@ -1,2 +1,0 @@
-"""What a cell is: the matrix loader and what it reads (the technique catalogue, workloads,
-model references, input digests). Torch-free."""

@@ -1,2 +1,0 @@
-"""pytest-benchmark speed benchmarks of the engine (sim, allocator replay, fits, matrix
-expansion) and the cell they time."""
