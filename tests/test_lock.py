@@ -16,7 +16,7 @@ def pins(path=CONSTRAINTS) -> dict:
 
 
 def test_constraints_drop_the_project_comments_and_local_labels():
-    frozen = ["# Editable Git install with no remote (ft-membench==0.1.0)", "-e /work/main",
+    frozen = ["# Editable Git install with no remote (ft-membench==0.1.0)", "-e /path/to/checkout",
               "torch==2.13.0+cpu", "Jinja2==3.1.6", "foo @ file:///tmp/foo.whl", "accelerate==1.15.0"]
     assert lock.constraints(frozen) == ["accelerate==1.15.0", "Jinja2==3.1.6", "torch==2.13.0"]
 

@@ -1,7 +1,7 @@
 """Sim's ZeRO cells against real DeepSpeed (and FSDP2) runs of the same tiny model on the CPU,
 at world size 1, 2 and 4, with the CUDA modelling off (``simulate.run(spec, cuda_model=False)``).
 
-Sim runs the step on one process and partitions it analytically (bench/worker/sim/sharding.py),
+Sim runs the step on one process and partitions it analytically (bench/estimate/partition.py),
 including DeepSpeed's bf16 path (fp32 master weights and moments), ZeRO-2's gradient buffer as
 DeepSpeed cuts it (``zero_layout``: every parameter with an element in the rank's partition, whole;
 tiny-llama's embedding spans two ranks' partitions at world size 4) and ZeRO-3's buffers from init

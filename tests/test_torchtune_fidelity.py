@@ -4,7 +4,7 @@ memory; each flag added to those above). The study is ``sim-torchtune-3b`` in
 matrix/default.yaml; its cells carry the published row (``details.published``).
 
 Active memory is allocated memory plus blocks not yet freed on their stream: equal to or a
-little above our allocated peak (/work/shared/notes/fidelity.md). Each row's signed error
+little above our allocated peak (docs/sim-and-fidelity.md). Each row's signed error
 (simulated / published - 1) is printed (``pytest -s``); every row whose settings can be
 matched must be within 10%. The others are printed with the reason they cannot be matched
 (``UNMATCHED`` below, and the study's ``published.*.unmatched``).
