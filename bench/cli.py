@@ -136,6 +136,9 @@ def measure_main(args, techniques, say) -> int:
     return code
 
 
+PIPE_CLOSED = 141  # 128 + SIGPIPE, what a shell reports for a tool whose reader went away
+
+
 def main(argv=None) -> int:
     """Every outcome is an exit status of guard's (0, 1, 2, 3) and, with ``--json``, one object on stdout."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -151,6 +154,9 @@ def main(argv=None) -> int:
         return _fail(guard.BAD_INPUT, str(exc), as_json)
     except fitinput.Usage as exc:
         return _fail(guard.BAD_INPUT, f"ft-membench: {exc}", as_json)
+    except BrokenPipeError:  # the reader stopped early (`| head`): no bug to report; exit as a tool killed by SIGPIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's final flush goes nowhere
+        return PIPE_CLOSED
     except Exception as exc:  # noqa: BLE001 - a bug: one line naming it, never exit 1 ("does not fit")
         where = exc.__traceback__
         while where is not None and where.tb_next is not None:

@@ -212,3 +212,16 @@ def test_a_hint_says_what_else_it_changes_in_the_trained_dtypes():
     hint = tofit._hint("offload", line, base, "t4", 2**34)
     assert hint["also_changes"] and "also changes trainable weights float32 -> bfloat16" in hint["speed_cost"]
     assert hint["speed_cost"].startswith("-19% step time")
+
+
+def test_a_reader_that_stops_early_is_no_failure_to_report():
+    """`ft-membench fit ... | head` closed the pipe mid-table: exit as a tool killed by SIGPIPE (141),
+    never "failed: BrokenPipeError ... please report it" (a fresh clone's README run showed that line)."""
+    import subprocess
+    import sys as _sys
+    from bench.runner import launch
+    # `true` reads nothing and is gone before the CLI writes its first line: the write meets a closed pipe
+    cmd = f"{_sys.executable} -m bench.cli fit qwen2.5-7b --gpu rtx-4090 | true; exit ${{PIPESTATUS[0]}}"
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, cwd=launch.ROOT, timeout=120)
+    assert "BrokenPipe" not in out.stderr and "please report" not in out.stderr, out.stderr
+    assert out.returncode == 141, out.stderr
