@@ -30,7 +30,8 @@ _MUST = {
     "optional": lambda r: False,
     "measured ok train": lambda r: r["mode"] != "sim" and _workload(r) == "train",
     "sim ok sharded": lambda r: r["mode"] == "sim" and bool(r["knobs"].get("dist")),
-    "measured ok multi-rank": lambda r: r["mode"] != "sim" and r["world_size"] > 1,
+    "measured ok multi-rank": lambda r: (r["mode"] != "sim" and r["world_size"] > 1
+                                         and not (r["details"] or {}).get("rank_program")),  # rank 0 alone
     "cuda ok": lambda r: r["mode"] == "cuda",
 }
 

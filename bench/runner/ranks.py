@@ -31,8 +31,9 @@ MAX_KEYS = ("host_peak_rss_bytes", "load_host_peak_rss_bytes", "wall_s")
 
 
 def multirank(spec: dict) -> bool:
-    """Whether ``spec`` runs as several processes (torchrun) rather than one."""
-    return spec["world_size"] > 1 and spec["mode"] != "sim"
+    """Whether ``spec`` runs as several processes (torchrun) rather than one: sim, and a cell that
+    runs its rank 0 alone (``one_rank``: bench/worker/onerank.py), are one process."""
+    return spec["world_size"] > 1 and spec["mode"] != "sim" and not spec.get("one_rank")
 
 
 def rank_path(out_path, rank: int) -> Path:

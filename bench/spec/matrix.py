@@ -194,7 +194,10 @@ def _expand(path, doc, study, body, models, gpus, digests):
            "options": {k: {**doc.get("technique_options", {}).get(k, {}), **v}
                        for k, v in {"lora": {}, **body.get("technique_options", {})}.items()},
            "ds_dir": _resolved(path, path.parent / doc.get("deepspeed_dir", "deepspeed"), "deepspeed_dir"),
-           "digests": digests}
+           "digests": digests, "one_rank": body.get("ranks") == "rank0"}
+    if ctx["one_rank"] and mode == "sim":
+        raise MatrixError(path, f"{where}.ranks", "rank0 is for cpu and cuda studies: sim runs one rank's program "
+                          "wherever it traces the engine per rank")
     for i, gpu in enumerate(body["gpus"]):
         if gpu not in gpus:
             raise MatrixError(path, f"{where}.gpus[{i}]", f"unknown gpu {gpu!r} (known: {', '.join(sorted(gpus))})")
@@ -254,7 +257,11 @@ def _spec(ctx: dict, study: str, model: modelref.Model, gpu: str, names: list[st
         f"model {model.source}: " + why if (why := workloads.config_problem(model.config, knobs["seq_len"]
                                                                               or shape["seq_len"])) else "")
     bad = bad or (f"model {model.source}: " + why if (why := modelref.bounds_problem(model.config)) else "")
-    if mode == "cpu" and knobs["world_size"] > (cores := max(4, 2 * (os.cpu_count() or 1))):  # real ranks, each a process
+    one_rank = ctx["one_rank"] and knobs["world_size"] > 1
+    if one_rank and knobs["dist"] != "fsdp":
+        raise MatrixError(path, f"{where}.ranks", f"{'+'.join(names)}: rank0 runs FSDP2 cells (fsdp) alone over the "
+                          f"fake process group; {knobs['dist']} runs every rank")
+    if mode == "cpu" and not one_rank and knobs["world_size"] > (cores := max(4, 2 * (os.cpu_count() or 1))):  # real ranks, each a process
         bad = (f"{knobs['world_size']} cpu ranks on a machine with {os.cpu_count()} cores: a cpu cell runs each rank "
                f"as a real process; at most {cores} here")
     if bad:
@@ -285,6 +292,7 @@ def _spec(ctx: dict, study: str, model: modelref.Model, gpu: str, names: list[st
         "skip_reason": tech.skip_reason(names, knobs, mode) or model.skip_reason,
         "inputs_sha256": inputs,
         **({"published": ctx["published"]["+".join(names)]} if "+".join(names) in ctx["published"] else {}),
+        **({"one_rank": True} if one_rank else {}),
     }
 
 

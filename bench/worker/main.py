@@ -158,7 +158,9 @@ def run(spec: dict) -> dict:
     say("torch imported")
     if spec["mode"] == "cpu":
         tracker = MemTracker(budget_bytes=spec["gpu_memory_bytes"])
-        out = train.train(spec, "cpu", tracker)
+        with one_rank(spec, "cpu") as mesh:
+            out = train.train(spec, "cpu", tracker, mesh=mesh)
+        rank_program(spec, out)
         model = alloctrace.attach(out, tracker, spec, {})  # what a CUDA allocator would reserve for this trace
         out["details"]["load_phase"] = verdicts.load_phase(model, {}, out.get("load_host_peak_rss_bytes"))
         return out
@@ -186,9 +188,11 @@ def run_cuda(spec, torch, train, MemTracker) -> dict:
         sampler.start()
     torch.cuda.reset_peak_memory_stats(index)
     alloctrace.start_cuda_history(torch)
-    tracker = MemTracker(rounding=cuda_alloc.round_size)
+    from bench.worker.memtrack import cuda_stream
+    tracker = MemTracker(rounding=cuda_alloc.round_size, stream_of=cuda_stream)
     try:
-        out = train.train(spec, "cuda", tracker)
+        with one_rank(spec, "cuda") as mesh:
+            out = train.train(spec, "cuda", tracker, mesh=mesh)
     except Exception as exc:
         exc.details = {"cuda": gpumem.finish(torch, index, sampler, facts)}  # kept in the oom/error record
         raise
@@ -204,7 +208,25 @@ def run_cuda(spec, torch, train, MemTracker) -> dict:
     out["_cuda_snapshot"] = alloctrace.cuda_snapshot(torch)  # the real allocator's history, beside the model's
     out["details"]["device_name"] = facts["physical_device"]
     out["details"]["cuda"] = facts
+    rank_program(spec, out)
     return out
+
+
+def one_rank(spec: dict, device_type: str):
+    """Rank 0's program alone over the fake process group, for a cell that asks for it (its
+    study's ``ranks: rank0``); else nothing (None: no mesh)."""
+    import contextlib
+    if not spec.get("one_rank"):
+        return contextlib.nullcontext()
+    from bench.worker import onerank
+    return onerank.fake_ranks(spec["world_size"], device_type)
+
+
+def rank_program(spec: dict, out: dict) -> None:
+    if spec.get("one_rank"):
+        from bench.worker import onerank
+        out["details"]["rank_program"] = {"how": onerank.MEASURED_HOW, "rank": 0, "world_size": spec["world_size"],
+                                          "engine": spec["knobs"]["dist"], "process_group": "fake"}
 
 
 def versions() -> dict:

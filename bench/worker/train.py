@@ -168,20 +168,26 @@ def synchronize(device) -> None:
         torch.cuda.synchronize()
 
 
-def train(spec: dict, device, tracker, sim=None) -> dict:
+def train(spec: dict, device, tracker, sim=None, mesh=None) -> dict:
     """``sim`` is sim mode's hook (bench.worker.sim.fakestep.FakeRun): it builds QLoRA's base
     without a checkpoint, sees the built session, hands the steps their batches as a real run
-    would see them, and wraps each step (FLOP counting); cpu and cuda pass None."""
+    would see them, and wraps each step (FLOP counting); cpu and cuda pass None.
+    ``mesh``: a cpu or cuda cell run as its rank 0 alone (bench/worker/onerank.py): FSDP2 shards
+    over it, and the steps start from the rank's shards, the whole model's build released."""
     knobs = spec["knobs"]
     out: dict = {}
     window = cpuload.Window()
     with tracker:
         session = Session(spec, device, tracker, qlora_base=sim.qlora_base if sim else None,
                           compile_backend=sim.compile_backend if sim else placement.COMPILE_BACKEND,
-                          mesh=sim.mesh if sim else None)
+                          mesh=sim.mesh if sim else mesh)
         out["load_host_peak_rss_bytes"] = host_peak_rss()
+        one_rank = {}
+        if mesh is not None and sim is None:
+            one_rank = after_build_one_rank(device, tracker)
         # loading's staging copies are host memory on a GPU run; sim's per-rank step starts from the rank's shards
-        build_peak = sim.after_build(tracker) if sim else tracker.reset_peak()
+        build_peak = sim.after_build(tracker) if sim else one_rank.get("build_peak_bytes", None)
+        build_peak = tracker.reset_peak() if build_peak is None else build_peak
         if torch.device(device).type == "cuda":  # torch's peak counters measure the same span as the tracker
             build_peak = torch.cuda.max_memory_allocated()
             torch.cuda.reset_peak_memory_stats()
@@ -217,6 +223,8 @@ def train(spec: dict, device, tracker, sim=None) -> dict:
         out["details"] = session_details(session)
         out["details"]["timing_load"] = window.facts()
         out["details"].update(build_peak_bytes=build_peak, pad_tokens=pads, batch_widths=widths)
+        if one_rank:
+            out["details"]["one_rank_build"] = one_rank
         if tracker.host:
             out["details"].update(offloaded_bytes=tracker.host_breakdown(), offloaded_peak_bytes=tracker.host_peak)
         out["details"].update(losses=list(session.losses), final_loss=session.losses[-1] if session.losses else None)
@@ -239,6 +247,22 @@ def train(spec: dict, device, tracker, sim=None) -> dict:
         tokens_per_s=tokens / sum(step_s),
         host_peak_rss_bytes=host_peak_rss(),
     )
+    return out
+
+
+def after_build_one_rank(device, tracker) -> dict:
+    """A rank run alone (bench/worker/onerank.py) built the whole model before sharding it: what its
+    device held then, before that build is released (the cached blocks emptied on a GPU) and the
+    tracker's trace restarted from the rank's shards, as a rank that loads only its shards starts."""
+    from bench.worker import onerank
+    out = {}
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+        out.update(allocated_bytes=torch.cuda.memory_allocated(), reserved_bytes=torch.cuda.memory_reserved(),
+                   allocated_peak_bytes=torch.cuda.max_memory_allocated())
+        torch.cuda.empty_cache()
+        out["reserved_after_release_bytes"] = torch.cuda.memory_reserved()
+    out["build_peak_bytes"] = onerank.start_from_shards(tracker)
     return out
 
 

@@ -26,11 +26,11 @@ from __future__ import annotations
 import contextlib
 
 from bench.spec import techniques
+from bench.worker import onerank
+from bench.worker.onerank import LOAD_OP, start_from_shards  # noqa: F401  (sim's names for them)
 
 HOW = ("rank 0's own program: the step run under fake tensors with FSDP2 (fully_shard) over torch's fake "
        "process group of the cell's world size; its allocation trace is the rank's, replayed as the rank's")
-LOAD_OP = "(the rank's shards, placed at load)"
-
 
 def traced(spec: dict) -> bool:
     """Whether sim runs this cell's step as one rank runs it (else: one process, partitioned)."""
@@ -39,32 +39,10 @@ def traced(spec: dict) -> bool:
 
 @contextlib.contextmanager
 def ranks(spec: dict):
-    """Rank 0 of the cell's world size under the fake process group, and its device mesh (made
-    here, outside the fake tensor mode: a mesh's rank tensor must hold values)."""
+    """Rank 0 of the cell's world size under the fake process group, and its device mesh
+    (bench/worker/onerank.py)."""
     if not traced(spec):
         yield None
         return
-    import torch.distributed as tdist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    if tdist.is_initialized():
-        raise RuntimeError("a process group is already initialized in this process: sim runs one rank per process")
-    n = spec["world_size"]
-    tdist.init_process_group("fake", store=FakeStore(), rank=0, world_size=n)
-    try:
-        yield init_device_mesh("cpu", (n,))
-    finally:
-        tdist.destroy_process_group()
-
-
-def start_from_shards(tracker) -> int:
-    """The trace from here on starts from what is live now (the rank's shards, the optimizer's
-    empty state), each storage placed once in the order it was made: a rank that loads only its
-    shards (FSDP's meta-device, CPU-RAM-efficient loading) starts its step so. The build before it
-    (the whole model, then sharded) is not what a launched rank holds; how the load itself goes
-    is bench/estimate/loadplan.py's. Returns the build's peak (as ``reset_peak`` does)."""
-    op = tracker.ops.setdefault(LOAD_OP, len(tracker.ops))
-    tracker.events = [(1, serial, nbytes, -1, 0, op) for serial, nbytes, *_ in sorted(tracker.live.values())
-                      if nbytes > 0]
-    tracker.dropped_events = 0
-    return tracker.reset_peak()
+    with onerank.fake_ranks(spec["world_size"], "cpu") as mesh:
+        yield mesh

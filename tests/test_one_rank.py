@@ -1,0 +1,81 @@
+"""A cell run as its rank 0 alone (its study's ``ranks: rank0``; bench/worker/onerank.py): the
+rank's real program over torch's fake process group, in one process. On the CPU it is held here
+against sim's rank 0 (``simulate.run(spec, cuda_model=False)``: cpu kernels, exact bytes) event by
+event: the same program, real tensors against fake ones. A GPU runs the same code with its own
+allocator and FSDP's streams (matrix/cuda-h100.yaml; results/reference/cuda-h100).
+
+Against a real multi-process run (tests/test_sim_ranks.py) two differences were named, gloo's copy
+of each reduce-scatter input and the mesh's rank tensor: the fake group makes neither, so here the
+traces agree with no tolerance but bitsandbytes' own (QLoRA is not run here).
+"""
+import pytest
+
+from bench.estimate import replay
+from bench.records import checks
+from bench.runner import launch, ranks
+from bench.spec import matrix
+from bench.spec.matrixfile import MatrixError
+from tests.test_sim_ranks import peaks, step_allocations
+
+pytestmark = pytest.mark.slow
+CELLS = ["fsdp+w2", "fsdp+w4"]
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    from bench.worker.sim import simulate
+    from tests.helpers import write_matrix
+    folder = tmp_path_factory.mktemp("onerank")
+    study = {"mode": "cpu", "ranks": "rank0", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": CELLS}
+    cells = matrix.load(write_matrix(folder, {"s": study}))
+    out = {}
+    for t in CELLS:
+        spec = cells[f"tiny-llama__cpu__{t}"]
+        assert spec["one_rank"] and not ranks.multirank(spec)
+        out[t] = (launch.run_cell(spec, folder / f"{spec['cell']}.log"), simulate.run(spec, cuda_model=False))
+    return out
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_rank0_alone_allocates_as_sims_rank0(pairs, cell):
+    real, sim = pairs[cell]
+    assert real["status"] == "ok", real["reason"] + real["log_tail"]
+    assert checks.problems(real) == []
+    program = real["details"]["rank_program"]
+    assert program["process_group"] == "fake" and program["world_size"] == real["world_size"] == sim["details"]["rank_program"]["world_size"]
+    real_trace = replay.load(real["details"]["trace_file"])
+    assert step_allocations(sim["_trace"]) == step_allocations(real_trace)
+    assert peaks(real_trace) == peaks(sim["_trace"])
+    assert real["peak_bytes"] == sim["peak_bytes"]
+
+
+def test_rank0_is_for_fsdp_cells_of_cpu_and_cuda_studies(tmp_path):
+    from tests.helpers import write_matrix
+    zero = {"mode": "cpu", "ranks": "rank0", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": ["zero3+w2"]}
+    with pytest.raises(MatrixError, match=r"studies\.s\.ranks.*rank0 runs FSDP2 cells"):
+        matrix.load(write_matrix(tmp_path, {"s": zero}))
+    sim = {"mode": "sim", "ranks": "rank0", "models": ["tiny-llama"], "gpus": ["rtx-4090"], "techniques": ["fsdp+w2"]}
+    with pytest.raises(MatrixError, match=r"studies\.s\.ranks.*cpu and cuda"):
+        matrix.load(write_matrix(tmp_path, {"s": sim}, name="m2.yaml"))
+    bad = {"mode": "cpu", "ranks": "one", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": ["fsdp+w2"]}
+    with pytest.raises(MatrixError, match="ranks"):
+        matrix.load(write_matrix(tmp_path, {"s": bad}, name="m3.yaml"))
+
+
+@pytest.mark.cuda
+def test_rank0_alone_runs_on_a_gpu_with_its_own_streams(tmp_path):
+    """The same cell on a GPU: FSDP2's all-gather and reduce-scatter streams are real CUDA streams,
+    the allocator real; the record says it is one rank's program over the fake group."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from tests.helpers import write_matrix
+    study = {"mode": "cuda", "ranks": "rank0", "models": ["tiny-llama"], "gpus": ["h100-80gb"],
+             "techniques": ["fsdp+bf16+w2"]}
+    spec = matrix.load(write_matrix(tmp_path, {"s": study}))["tiny-llama__h100-80gb__fsdp+bf16+w2"]
+    rec = launch.run_cell(spec, tmp_path / "cell.log")
+    assert rec["status"] == "ok", rec["reason"] + rec["log_tail"]
+    assert checks.problems(rec) == [] and rec["provenance"] == "cuda-measured"
+    assert rec["details"]["rank_program"]["process_group"] == "fake"
+    build = rec["details"]["one_rank_build"]
+    assert build["reserved_after_release_bytes"] <= build["reserved_bytes"]
