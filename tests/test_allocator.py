@@ -123,3 +123,37 @@ def test_snapshot_accounts_for_every_reserved_byte():
     assert sum(s["total_size"] for s in snap["segments"]) == out["reserved_peak_bytes"]
     actions = [e["action"] for e in snap["device_traces"][0]]
     assert actions.count("segment_alloc") == out["segment_allocs"] and "free_completed" in actions
+
+
+def stream_trace(*events):
+    """("a", serial, bytes, stream) / ("f", serial) events: a trace with its stream column."""
+    t = trace(*[ev[:3] if ev[0] == "a" else ev for ev in events])
+    streams = {ev[1]: ev[3] for ev in events if ev[0] == "a"}
+    t["columns"]["stream"] = [streams[s] for s in t["columns"]["serial"]]
+    return t
+
+
+def test_a_block_cached_on_one_stream_does_not_serve_another():
+    """torch's pools sort blocks by (stream, size, address) and get_free_block gives up on a block
+    of another stream: a 100 MiB buffer freed on FSDP's all-gather stream stays reserved while the
+    default stream allocates as much again."""
+    one = [("a", 1, 100 * MiB, 1), ("f", 1), ("a", 2, 100 * MiB, 0)]
+    assert replay.replay(stream_trace(*one))["reserved_peak_bytes"] == 200 * MiB
+    same = [("a", 1, 100 * MiB, 1), ("f", 1), ("a", 2, 100 * MiB, 1)]
+    assert replay.replay(stream_trace(*same))["reserved_peak_bytes"] == 100 * MiB
+    assert run([("a", 1, 100 * MiB), ("f", 1), ("a", 2, 100 * MiB)])["reserved_peak_bytes"] == 100 * MiB
+
+
+def test_streams_hold_their_own_small_segments_and_expandable_segments():
+    small = [("a", 1, 1000, 0), ("a", 2, 1000, 1)]
+    assert replay.replay(stream_trace(*small))["reserved_peak_bytes"] == 4 * MiB   # a 2 MiB segment each
+    grow = [("a", 1, 30 * MiB, 1), ("f", 1), ("a", 2, 30 * MiB, 0)]
+    out = replay.replay(stream_trace(*grow), "expandable_segments:True")
+    assert out["reserved_peak_bytes"] == 80 * MiB   # 40 MiB of 20 MiB pages on each stream's segment
+
+
+def test_releasing_cached_blocks_frees_every_streams_segments():
+    """Under a capacity, the retry after release_cached_blocks frees other streams' cached segments."""
+    events = [("a", 1, 100 * MiB, 1), ("f", 1), ("a", 2, 100 * MiB, 0)]
+    out = replay.replay(stream_trace(*events), capacity=150 * MiB)
+    assert out["oom"] is None and out["alloc_retries"] == 1 and out["reserved_peak_bytes"] == 100 * MiB

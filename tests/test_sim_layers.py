@@ -105,7 +105,7 @@ def test_linear_refuses_what_is_not_linear():
 def _trace(events):
     cols = {k: [] for k in extension.COLUMNS}
     for ev in events:
-        for k, v in zip(extension.COLUMNS, ev):
+        for k, v in zip(extension.COLUMNS, (*ev, 0)):  # every event on the default stream
             cols[k].append(v)
     return {"columns": cols, "categories": ["a", "b"]}
 

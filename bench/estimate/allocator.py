@@ -5,7 +5,7 @@
 
 Torch-free (the worker, the parent side and the report import it). The rules are those of
 ``c10/cuda/CUDACachingAllocator.cpp`` for the torch the project pins (2.13; read at
-pytorch/pytorch commit 001074d2), one stream, one device, no CUDA graphs:
+pytorch/pytorch commit 001074d2), one device, no CUDA graphs:
 
 - every request is rounded up to a multiple of 512 B (``round_size``; 0 B never reaches it);
 - requests <= 1 MiB use the small pool, whose segments are 2 MiB; larger ones the large pool,
@@ -33,20 +33,28 @@ pytorch/pytorch commit 001074d2), one stream, one device, no CUDA graphs:
 Reserved is what segments (or mapped pages) hold; allocated is the sum of handed-out block
 sizes (what ``torch.cuda.memory_allocated`` counts). The capacity is what the process may
 reserve: the GPU's memory minus the CUDA context and cuBLAS workspaces (bench/estimate/verdicts.py).
-Not modelled: several streams (record_stream), CUDA graphs' private pools,
+Not modelled: CUDA graphs' private pools,
 ``roundup_power2_divisions``, ``torch.cuda.empty_cache()`` calls (not in a trace), the
 driver's own address-space fragmentation.
 
+Streams: each segment belongs to the stream that allocated it, and a cached free block serves
+requests of that stream only (the pools sort blocks by (stream, size, address): torch's
+``BlockComparatorSize``; ``get_free_block`` takes the lower bound and gives up when its stream is
+another; an expandable segment is per stream too). FSDP2 allocates its all-gather buffers on its
+copy-in stream and its reduce-scatter buffers on its reduce-scatter stream: blocks the default
+stream cannot reuse. Cross-stream uses (``record_stream``) are not modelled: a block returns to its
+pool when the trace frees it.
+
 A trace (bench/worker/memtrack.py writes it) is a dict of equal-length columns
 (``kind`` 1 = alloc / 0 = free, ``serial``, ``bytes``, ``step``, ``phase``, ``op``,
-``category``) plus the name lists the small ints index; see ``replay``.
+``category``, and ``stream``: 0 the default stream) plus the name lists the small ints index; see ``replay``.
 """
 from __future__ import annotations
 
 from bisect import bisect_left
 
-from bench.estimate.pools import (KEY_SHIFT, LARGE_BUFFER, MIN_BLOCK, NO_LIMIT, SMALL_BUFFER, SMALL_SIZE, Block, OutOfMemory,
-                                  Pool, Segment, allocation_size, parse_conf, round_size)
+from bench.estimate.pools import (LARGE_BUFFER, MIN_BLOCK, NO_LIMIT, SMALL_BUFFER, SMALL_SIZE, STREAM_SHIFT, Block,
+                                  OutOfMemory, Pool, Segment, allocation_size, block_key, parse_conf, round_size)
 
 SOURCE = ("c10/cuda/CUDACachingAllocator.cpp (torch 2.13; read at pytorch/pytorch commit "
           "001074d25084fdb87a799823e395a50f5ec044d3): round_size, get_allocation_size, get_free_block, "
@@ -71,19 +79,19 @@ class Allocator:
         self.log = log  # torch snapshot trace entries, when exporting a timeline
 
     # -- malloc -------------------------------------------------------------------------
-    def malloc(self, nbytes: int) -> Block:
+    def malloc(self, nbytes: int, stream: int = 0) -> Block:
         size = round_size(nbytes)
         pool = self.small if size <= SMALL_SIZE else self.large
-        block = self._get_free_block(pool, size)
+        block = self._get_free_block(pool, size, stream)
         if block is None:
             if self.gc_on:
                 self._garbage_collect()
-            block = (self._alloc_block(pool, size)
-                     or (self._release_available(pool, size) and self._alloc_block(pool, size))
-                     or (self._release_cached() and self._alloc_block(pool, size, retry=True)))
+            block = (self._alloc_block(pool, size, stream)
+                     or (self._release_available(pool, size, stream) and self._alloc_block(pool, size, stream))
+                     or (self._release_cached() and self._alloc_block(pool, size, stream, retry=True)))
             if not block:
                 if self.log is not None:
-                    self.log.append({"action": "oom", "addr": 0, "size": size, "stream": 0,
+                    self.log.append({"action": "oom", "addr": 0, "size": size, "stream": stream,
                                      "device_free": self.capacity - self.reserved, "frames": []})
                 raise OutOfMemory(f"{size} B on top of {self.reserved} B reserved, capacity {self.capacity} B")
         if self._should_split(block, pool, size):
@@ -95,22 +103,23 @@ class Allocator:
         block.allocated, block.requested = True, nbytes
         self.allocated += block.size
         if self.log is not None:
-            self.log.append({"action": "alloc", "addr": block.addr, "size": block.size, "stream": 0})
+            self.log.append({"action": "alloc", "addr": block.addr, "size": block.size, "stream": stream})
         return block
 
-    def _get_free_block(self, pool: Pool, size: int):
+    def _get_free_block(self, pool: Pool, size: int, stream: int = 0):
         if self.gc_on:
             pool.calls += 1
         keys = pool.keys
-        i = bisect_left(keys, size << KEY_SHIFT)
-        if i == len(keys):
-            return None
+        i = bisect_left(keys, block_key(stream, size))
+        if i == len(keys) or keys[i] >> STREAM_SHIFT != stream:
+            return None  # none cached of this size on this stream
         b = pool.by_key[keys[i]]
         if self.expandable and b.seg.page:
             # best fit counts what an expandable tail block could grow to (get_free_block)
             def grow(x):
                 return x.size + (x.next.size if x.next is not None and not x.next.mapped else 0)
-            while i + 1 < len(keys) and grow(pool.by_key[keys[i + 1]]) < grow(b):
+            while (i + 1 < len(keys) and keys[i + 1] >> STREAM_SHIFT == stream
+                   and grow(pool.by_key[keys[i + 1]]) < grow(b)):
                 i += 1
                 b = pool.by_key[keys[i]]
         if size < self.max_split <= b.size:
@@ -126,20 +135,20 @@ class Allocator:
             return rest >= MIN_BLOCK
         return size < self.max_split and rest > SMALL_SIZE
 
-    def _alloc_block(self, pool: Pool, size: int, retry: bool = False):
+    def _alloc_block(self, pool: Pool, size: int, stream: int = 0, retry: bool = False):
         if retry:
             self.retries += 1
         if self.expandable:
-            return self._expandable_block(pool, size)
+            return self._expandable_block(pool, size, stream)
         alloc = allocation_size(size)
         if self.reserved + alloc > self.capacity:
             return None
-        seg = Segment(self._take_addresses(alloc), alloc, pool.small)
+        seg = Segment(self._take_addresses(alloc), alloc, pool.small, stream=stream)
         self.segments[seg.base] = seg
         self.reserved += alloc
         self.device_allocs += 1
         if self.log is not None:
-            self.log.append({"action": "segment_alloc", "addr": seg.base, "size": alloc, "stream": 0})
+            self.log.append({"action": "segment_alloc", "addr": seg.base, "size": alloc, "stream": stream})
         return Block(seg.base, alloc, seg)
 
     def _take_addresses(self, nbytes: int) -> int:
@@ -148,8 +157,8 @@ class Allocator:
         return base
 
     # -- expandable segments ------------------------------------------------------------
-    def _expandable_block(self, pool: Pool, size: int):
-        cand = self._find_expandable(pool, size)
+    def _expandable_block(self, pool: Pool, size: int, stream: int = 0):
+        cand = self._find_expandable(pool, size, stream)
         if not cand.mapped and not self._map(pool, cand, min(cand.size, size)):
             return None
         while cand.size < size:
@@ -160,10 +169,12 @@ class Allocator:
         pool.remove(cand)
         return cand
 
-    def _find_expandable(self, pool: Pool, size: int) -> Block:
-        """The lowest address where ``size`` fits in free and unmapped blocks; a new segment
-        (address space only) when there is none."""
+    def _find_expandable(self, pool: Pool, size: int, stream: int = 0) -> Block:
+        """The lowest address where ``size`` fits in free and unmapped blocks of ``stream``'s
+        segment; a new segment (address space only) when there is none."""
         for _, _, u in pool.unmapped:
+            if u.seg.stream != stream:
+                continue
             c = u.prev if u.prev is not None and not u.prev.allocated else u
             room, b = 0, c
             while room < size and b is not None and not b.allocated:
@@ -173,7 +184,7 @@ class Allocator:
         page = SMALL_BUFFER if pool.small else LARGE_BUFFER
         space = min(self.capacity + self.capacity // 8, 2**44)
         space = -(-space // page) * page
-        seg = Segment(self._take_addresses(space), space, pool.small, page)
+        seg = Segment(self._take_addresses(space), space, pool.small, page, stream)
         self.segments[seg.base] = seg
         b = Block(seg.base, space, seg, mapped=False)
         pool.add_unmapped(b)
@@ -200,7 +211,8 @@ class Allocator:
         self.reserved += nbytes
         self.device_allocs += 1
         if self.log is not None:
-            self.log.append({"action": "segment_map", "addr": seg.base + first * page, "size": nbytes, "stream": 0})
+            self.log.append({"action": "segment_map", "addr": seg.base + first * page, "size": nbytes,
+                             "stream": seg.stream})
         return True
 
     def _unmap(self, pool: Pool, b: Block) -> None:
@@ -231,15 +243,15 @@ class Allocator:
         self.reserved -= nbytes
         self.device_frees += 1
         if self.log is not None:
-            self.log.append({"action": "segment_unmap", "addr": start, "size": nbytes, "stream": 0})
+            self.log.append({"action": "segment_unmap", "addr": start, "size": nbytes, "stream": seg.stream})
 
     # -- free ---------------------------------------------------------------------------
     def free(self, b: Block) -> None:
         b.allocated = False
         self.allocated -= b.size
         if self.log is not None:
-            self.log.append({"action": "free_requested", "addr": b.addr, "size": b.size, "stream": 0})
-            self.log.append({"action": "free_completed", "addr": b.addr, "size": b.size, "stream": 0})
+            self.log.append({"action": "free_requested", "addr": b.addr, "size": b.size, "stream": b.seg.stream})
+            self.log.append({"action": "free_completed", "addr": b.addr, "size": b.size, "stream": b.seg.stream})
         pool = self.small if b.seg.small else self.large
         self._merge(pool, b, b.prev)
         self._merge(pool, b, b.next)
@@ -270,17 +282,18 @@ class Allocator:
         self.reserved -= b.size
         self.device_frees += 1
         if self.log is not None:
-            self.log.append({"action": "segment_free", "addr": b.addr, "size": b.size, "stream": 0})
+            self.log.append({"action": "segment_free", "addr": b.addr, "size": b.size, "stream": b.seg.stream})
 
-    def _release_available(self, pool: Pool, size: int) -> bool:
-        """Release oversize cached blocks, enough for ``size`` (only with max_split_size_mb)."""
+    def _release_available(self, pool: Pool, size: int, stream: int = 0) -> bool:
+        """Release oversize cached blocks of ``stream``, enough for ``size`` (only with max_split_size_mb)."""
         if self.max_split == NO_LIMIT:
             return False
         key = max(size, self.max_split)
         keys = pool.keys
-        i = bisect_left(keys, key << KEY_SHIFT)
-        whole = [pool.by_key[k] for k in keys if not pool.by_key[k].seg.page]
-        if i < len(keys) and pool.by_key[keys[i]].prev is None and pool.by_key[keys[i]].next is None:
+        i = bisect_left(keys, block_key(stream, key))
+        whole = [pool.by_key[k] for k in keys if not pool.by_key[k].seg.page and k >> STREAM_SHIFT == stream]
+        if (i < len(keys) and keys[i] >> STREAM_SHIFT == stream and pool.by_key[keys[i]].prev is None
+                and pool.by_key[keys[i]].next is None):
             self._release_segment(pool, pool.by_key[keys[i]])
             return True
         total = 0

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-STRUCTURE = ("kind", "serial", "step", "phase", "op", "category")
+STRUCTURE = ("kind", "serial", "step", "phase", "op", "category", "stream")
 
 
 class NotExact(ValueError):
@@ -48,7 +48,7 @@ class AxisFit:
             if t["ops"] != base["ops"] or t.get("reset_at") != base.get("reset_at"):
                 raise NotExact(f"the step at {x} runs other ops than at {xs[0]}")
             for col in STRUCTURE:
-                if t["columns"][col] != base["columns"][col]:
+                if t["columns"].get(col) != base["columns"].get(col):
                     raise NotExact(f"the step at {x} has other {col} events than at {xs[0]} "
                                    f"({len(t['columns']['kind'])} against {len(base['columns']['kind'])} events)")
         fit = cls(base, xs[: degree + 1], [traces[x]["columns"]["bytes"] for x in xs[: degree + 1]])

@@ -19,6 +19,7 @@ MIN_LARGE_ALLOC = 10 * MiB  # kMinLargeAlloc
 ROUND_LARGE = 2 * MiB      # kRoundLarge
 NO_LIMIT = 2**62
 KEY_SHIFT = 48             # free-block keys: size << 48 | address (one int sorts like (size, addr))
+STREAM_SHIFT = KEY_SHIFT + 52  # ... with the stream above both: (stream, size, addr), as torch's BlockComparatorSize
 
 
 def round_size(nbytes: int) -> int:
@@ -65,11 +66,17 @@ class Block:
 
 
 class Segment:
-    """A cudaMalloc'd segment, or an expandable one (``page`` > 0) with its address space."""
-    __slots__ = ("base", "page", "size", "small")
+    """A cudaMalloc'd segment, or an expandable one (``page`` > 0) with its address space, of the
+    stream that allocated it: its blocks serve that stream's requests only."""
+    __slots__ = ("base", "page", "size", "small", "stream")
 
-    def __init__(self, base, size, small, page=0):
-        self.base, self.size, self.small, self.page = base, size, small, page
+    def __init__(self, base, size, small, page=0, stream=0):
+        self.base, self.size, self.small, self.page, self.stream = base, size, small, page, stream
+
+
+def block_key(stream: int, size: int, addr: int = 0) -> int:
+    """A free block's sort key: by stream, then size, then address (one int)."""
+    return stream << STREAM_SHIFT | size << KEY_SHIFT | addr
 
 
 class Pool:
@@ -81,13 +88,13 @@ class Pool:
         self.unmapped: list = []  # (addr, Block) of unmapped expandable ranges, by address
 
     def add(self, b: Block) -> None:
-        k = b.size << KEY_SHIFT | b.addr
+        k = block_key(b.seg.stream, b.size, b.addr)
         insort(self.keys, k)
         self.by_key[k] = b
         b.gc_base = self.calls
 
     def remove(self, b: Block) -> None:
-        k = b.size << KEY_SHIFT | b.addr
+        k = block_key(b.seg.stream, b.size, b.addr)
         del self.keys[bisect_left(self.keys, k)]
         del self.by_key[k]
 
@@ -106,7 +113,7 @@ def _segment_entry(run: list, seg: Segment) -> dict:
     blocks = [{"address": b.addr, "size": b.size, "state": "active_allocated" if b.allocated else "inactive",
                "requested_size": b.requested if b.allocated else 0, "frames": []} for b in run]
     active = sum(x["size"] for x in blocks if x["state"] == "active_allocated")
-    return {"device": 0, "address": run[0].addr, "total_size": sum(b.size for b in run), "stream": 0,
+    return {"device": 0, "address": run[0].addr, "total_size": sum(b.size for b in run), "stream": seg.stream,
             "segment_type": "small" if seg.small else "large", "allocated_size": active,
             "active_size": active, "requested_size": sum(x["requested_size"] for x in blocks),
             "is_expandable": bool(seg.page), "frames": [], "blocks": blocks}

@@ -14,7 +14,9 @@ minus the context reserve (replayed only where the uncapped reserved peak does n
 
 The trace (bench/worker/memtrack.py ``TraceRecorder``) is a dict: ``columns`` of equal
 length (``kind`` 1 alloc / 0 free, ``serial``, ``bytes`` as requested, ``step`` (-1: model
-build), ``phase``, ``op``, ``category`` as indices into ``phases``, ``ops``, ``categories``),
+build), ``phase``, ``op``, ``category`` as indices into ``phases``, ``ops``, ``categories``, and
+``stream``: the stream each storage was allocated on, 0 the default; a trace without it is all
+default stream),
 ``reset_at`` (the event where the training peak starts, as torch.cuda.reset_peak_memory_stats
 after the build), ``max_events`` and ``dropped_events``.
 """
@@ -60,6 +62,7 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
     col = trace["columns"]
     kind, serial, nbytes, step, cat = col["kind"], col["serial"], col["bytes"], col["step"], col["category"]
     n, ncat = len(kind), len(trace["categories"])
+    streams = col.get("stream") or [0] * n
     log = [] if snapshot else None
     a = Allocator(capacity, conf, log)
     blocks: dict = {}
@@ -93,7 +96,7 @@ def replay(trace: dict, conf: str | None = None, capacity: int | None = None, sn
             mark = len(log) if log is not None else 0
             cached, before = a.reserved - a.allocated, a.reserved
             try:
-                b = a.malloc(nbytes[i])
+                b = a.malloc(nbytes[i], streams[i])
             except OutOfMemory:
                 oom = failure(trace, i, a)
                 break

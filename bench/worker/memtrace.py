@@ -65,19 +65,21 @@ class TrackerReports:
     def trace(self, alloc_conf: str | None = None) -> dict:
         """The allocation trace as bench/estimate/replay.py reads it (columns; categories resolved now)."""
         cats = {c: i for i, c in enumerate(CATEGORIES)}
-        cols = {k: [] for k in ("kind", "serial", "bytes", "step", "phase", "op", "category")}
-        kind, serial, nbytes, step, phase, op, category = cols.values()
+        cols = {k: [] for k in ("kind", "serial", "bytes", "step", "phase", "op", "category", "stream")}
+        kind, serial, nbytes, step, phase, op, category, stream = cols.values()
         cat_of: dict[int, int] = {}
+        stream_of: dict[int, int] = {}
         for ev in canonical_frees(self.events):
             if ev[0]:
-                _, s, n, st, ph, o = ev
+                _, s, n, st, ph, o, sm = ev
                 c = cat_of[s] = cats[self._category(s, TRACE_PHASES[ph])]
+                stream_of[s] = sm
             else:
                 _, s, st, ph = ev
                 c = cat_of.get(s)
                 if c is None:
                     continue  # freed without a traced allocation (zero bytes, or past the bound)
-                n, o = 0, 0
+                n, o, sm = 0, 0, stream_of[s]
             kind.append(ev[0])
             serial.append(s)
             nbytes.append(n)
@@ -85,6 +87,7 @@ class TrackerReports:
             phase.append(ph)
             op.append(o)
             category.append(c)
+            stream.append(sm)
         names = [str(f) for f, _ in sorted(self.ops.items(), key=lambda kv: kv[1])]
         return {"format": "ft-membench-trace/1", "columns": cols, "categories": list(CATEGORIES),
                 "phases": list(TRACE_PHASES), "ops": names, "reset_at": self.trace_reset_at,

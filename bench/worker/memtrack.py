@@ -56,8 +56,25 @@ def _key(storage) -> int:
     return storage._cdata
 
 
+def cpu_stream():
+    """torch.cpu's current stream, None when it is the default: FSDP2 on a cpu device makes its
+    all-gather and reduce-scatter streams with torch.cpu.Stream and enters them as on a GPU, so a
+    cpu or sim trace says which allocations a GPU run would make on them."""
+    current = torch.cpu.current_stream()
+    return None if current is getattr(torch.cpu, "_default_cpu_stream", current) else id(current)
+
+
+def cuda_stream():
+    """torch.cuda's current stream on the current device, None when it is the default."""
+    current = torch.cuda.current_stream()
+    return None if current == torch.cuda.default_stream() else current.stream_id
+
+
 class MemTracker(memtrace.TrackerReports, memresize.FollowsResize, TorchDispatchMode):
-    def __init__(self, budget_bytes: int | None = None, rounding=None, op_hooks=(), phase_sets: bool = False):
+    def __init__(self, budget_bytes: int | None = None, rounding=None, op_hooks=(), phase_sets: bool = False,
+                 stream_of=None):
+        """``stream_of``: () -> a key of the stream allocations go to now, None for the default stream
+        (``cpu_stream``: torch.cpu's, which FSDP2 switches on a cpu device as on a GPU; ``cuda_stream``)."""
         super().__init__()
         self.op_hooks = list(op_hooks)
         self.phase_sets = phase_sets  # keep each phase's peak live set (costs a copy per new phase peak)
@@ -80,7 +97,9 @@ class MemTracker(memtrace.TrackerReports, memresize.FollowsResize, TorchDispatch
         self._resize_saved = None
         self.phase_live: dict[str, list] = {}  # phase -> live entries at that phase's peak
         self._phase_dirty = None
-        self.events: list[tuple] = []       # (1, serial, bytes, step, phase, op) | (0, serial, step, phase)
+        self.events: list[tuple] = []       # (1, serial, bytes, step, phase, op, stream) | (0, serial, step, phase)
+        self.stream_of = stream_of or cpu_stream  # the current stream's key (its index in ``streams``)
+        self.streams: dict = {}             # stream key -> index in the trace (0: the default stream)
         self.dropped_events = 0
         self.trace_reset_at = 0
         self.step = -1                      # -1: building the model, before the first step
@@ -160,7 +179,9 @@ class MemTracker(memtrace.TrackerReports, memresize.FollowsResize, TorchDispatch
 
     def _alloc_event(self, serial: int, nbytes: int) -> None:
         if nbytes > 0:  # allocate(0) never reaches the CUDA allocator
-            self._event((1, serial, nbytes, self.step, self._phase_index.get(self.phase, 0), self._op))
+            key = self.stream_of()
+            stream = 0 if key is None else self.streams.setdefault(key, len(self.streams) + 1)
+            self._event((1, serial, nbytes, self.step, self._phase_index.get(self.phase, 0), self._op, stream))
 
     def _grow(self, nbytes: int) -> None:
         self.total += nbytes
@@ -243,7 +264,7 @@ class MemTracker(memtrace.TrackerReports, memresize.FollowsResize, TorchDispatch
         for i in range(len(self.events) - 1, max(-1, len(self.events) - 64), -1):
             ev = self.events[i]
             if ev[0] == 1 and ev[1] == serial:
-                self.events[i] = (*ev[:5], op)
+                self.events[i] = (*ev[:5], op, *ev[6:])
                 return
         raise ValueError(f"no recent allocation event for serial {serial}")
 

@@ -121,31 +121,32 @@ def extend_trace(a: dict, b: dict, c: dict, more: int) -> dict:
         raise NotExact("the k + 1 trace is not the k trace with repeated blocks inserted")
     if pump(ea, blocks, 2) != ec:
         raise NotExact("the trace extended by 2 layers is not the k + 2 trace")
-    if decode(ec, tc["categories"]) != {k: tc["columns"][k] for k in COLUMNS}:
+    if decode(ec, tc["categories"]) != {k: tc["columns"].get(k, [0] * len(tc["columns"]["kind"])) for k in COLUMNS}:
         raise NotExact("the trace does not read back")
     out = dict(ta, columns=decode(pump(ea, blocks, more), ta["categories"]))
     out["reset_at"] = linear(ta["reset_at"], tb["reset_at"], tc["reset_at"], more, "trace reset_at")
     return out
 
 
-COLUMNS = ("kind", "serial", "bytes", "step", "phase", "op", "category")
+COLUMNS = ("kind", "serial", "bytes", "step", "phase", "op", "category", "stream")
 
 
 def encode(trace: dict) -> list[tuple]:
     """The trace's events without serials (see the module docstring); NotExact if a serial is
     allocated twice (an in-place resize)."""
-    col = trace["columns"]
-    kind, serial, nbytes, step, phase, op, cat = (col[k] for k in COLUMNS)
-    live: dict = {}     # (bytes, op, category) -> live serials, oldest first
-    what: dict = {}     # serial -> its (bytes, op, category)
+    col = dict(trace["columns"])
+    col.setdefault("stream", [0] * len(col["kind"]))  # a trace of before streams: all on the default one
+    kind, serial, nbytes, step, phase, op, cat, stream = (col[k] for k in COLUMNS)
+    live: dict = {}     # (bytes, op, category, stream) -> live serials, oldest first
+    what: dict = {}     # serial -> its (bytes, op, category, stream)
     top, out = 0, []
     for i in range(len(kind)):
         s = serial[i]
         if kind[i]:
             if s <= top:
                 raise NotExact(f"serial {s} allocated again (an in-place resize)")
-            sig = (nbytes[i], op[i], cat[i])
-            out.append((1, s - top, nbytes[i], step[i], phase[i], op[i], cat[i]))
+            sig = (nbytes[i], op[i], cat[i], stream[i])
+            out.append((1, s - top, nbytes[i], step[i], phase[i], op[i], cat[i], stream[i]))
             top = s
             live.setdefault(sig, []).append(s)
             what[s] = sig
@@ -162,15 +163,15 @@ def encode(trace: dict) -> list[tuple]:
 def decode(events: list[tuple], categories) -> dict:
     """Columns of encoded events (``encode``'s inverse)."""
     cols = {k: [] for k in COLUMNS}
-    kind, serial, nbytes, step, phase, op, cat = cols.values()
+    kind, serial, nbytes, step, phase, op, cat, stream = cols.values()
     live: dict = {}
     top = 0
     for ev in events:
         if ev[0]:
-            _, gap, n, st, ph, o, ca = ev
+            _, gap, n, st, ph, o, ca, sm = ev
             top += gap
             s = top
-            live.setdefault((n, o, ca), []).append(s)
+            live.setdefault((n, o, ca, sm), []).append(s)
         else:
             _, st, ph, sig, rank = ev
             stack = live.get(sig)
@@ -178,7 +179,7 @@ def decode(events: list[tuple], categories) -> dict:
             if not stack or not 0 <= index < len(stack):
                 raise NotExact("a free of nothing live")
             s = stack.pop(index)
-            n, o, ca = 0, 0, sig[2]
+            n, o, ca, sm = 0, 0, sig[2], sig[3]
         kind.append(ev[0])
         serial.append(s)
         nbytes.append(n)
@@ -186,6 +187,7 @@ def decode(events: list[tuple], categories) -> dict:
         phase.append(ph)
         op.append(o)
         cat.append(ca)
+        stream.append(sm)
     return cols
 
 
