@@ -111,6 +111,9 @@ def parser() -> argparse.ArgumentParser:
     meas.add_argument("--seq", type=int, help="sequence length (default 2048)")
     meas.add_argument("--batch", type=int, help="batch size (default 1)")
     meas.add_argument("--results", default="results", help="results folder: records go to RESULTS/measured/")
+    meas.add_argument("--ranks", choices=["all", "rank0"], default="all",
+                      help="rank0: an FSDP2 recipe of N GPUs (fsdp+...+wN) runs as its rank 0 alone on this GPU over "
+                      "torch's fake process group: the rank's memory, without NCCL's buffers or the collectives' time")
     meas.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
     meas.add_argument("--trust-remote-code", action="store_true", help="run a Hub model's own code (auto_map)")
     return ap
@@ -123,7 +126,8 @@ def measure_main(args, techniques, say) -> int:
                           args.trust_remote_code)
     gpu, _ = fitgpus.resolve(args.gpu, fitcells.cuda_profiles(), None)
     chosen = fitcells.canonical_techniques(q.techniques or fitcells.default_techniques())[0]
-    cells = {m: fitcells.specs(q.model, gpu, chosen, q.seq, q.batch, q.options, args.trust_remote_code, mode=m)
+    cells = {m: fitcells.specs(q.model, gpu, chosen, q.seq, q.batch, q.options, args.trust_remote_code, mode=m,
+                               ranks=args.ranks if m == "cuda" and args.ranks != "all" else None)
              for m in ("sim", "cuda")}
     predicted = answer(cells["sim"], gpu, Path(args.results), search=False, say=say)
     got = measure.run(cells["cuda"], predicted, gpu, Path(args.results), say=say)

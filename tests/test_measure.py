@@ -73,3 +73,20 @@ def test_a_bad_question_is_refused_with_a_json_error(capsys):
     from bench.cli import main
     assert main(["measure", "no-such-model", "--gpu", "h200", "--json"]) == 2
     assert "error" in json.loads(capsys.readouterr().out)
+
+
+def test_one_rank_alone_is_said_in_the_corpus_rows():
+    rec = dict(measured_record(), world_size=2, techniques=["fsdp", "lora", "gc", "bf16", "w2"],
+               details={**measured_record()["details"], "rank_program": {"process_group": "fake", "rank": 0}})
+    rows = measure.corpus_rows(measure.compare(LINE, rec, "h200"))
+    assert all("rank 0 of 2 alone" in r["recipe"] and r["n_gpus"] == 2 for r in rows)
+
+
+def test_rank0_asks_for_fsdp2_recipes_of_several_gpus_run_alone():
+    from bench.fit import cells
+    from bench.fit.question import Usage
+    got = cells.specs("tiny-llama", "h200", ["fsdp+lora+w2"], 64, None, mode="cuda", ranks="rank0")
+    (spec,) = got.values()
+    assert spec["one_rank"] and spec["world_size"] == 2
+    with pytest.raises(Usage, match="rank0 runs FSDP2 cells"):
+        cells.specs("tiny-llama", "h200", ["zero3+w2"], 64, None, mode="cuda", ranks="rank0")

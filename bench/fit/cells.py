@@ -61,12 +61,15 @@ def canonical_techniques(techniques: list[str]) -> tuple[list[str], dict[str, st
 
 
 def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: int | None,
-          options: dict | None = None, trust_remote_code: bool = False, mode: str = "sim") -> dict[str, dict]:
+          options: dict | None = None, trust_remote_code: bool = False, mode: str = "sim",
+          ranks: str | None = None) -> dict[str, dict]:
     """{cell: spec} for the question, through the matrix loader: the study is judged against
     every cuda profile of matrix/gpus.yaml (as the default matrix's sim studies are), so its
     records are the matrix's own where the shape agrees. Techniques are taken in their one
     spelling (``canonical_techniques``). ``mode="cuda"``: the same question as real runs on this
-    machine's GPU, capped to ``gpu``'s memory (``ft-membench measure``): one warm-up, three steps."""
+    machine's GPU, capped to ``gpu``'s memory (``ft-membench measure``): one warm-up, three steps;
+    ``ranks="rank0"``: an FSDP2 recipe of several GPUs runs as its rank 0 alone on this one
+    (bench/worker/onerank.py)."""
     techniques = canonical_techniques(techniques)[0]
     base = matrix.DEFAULT_MATRIX.parent
     gpus = yaml.load((base / "gpus.yaml").read_text(), Loader=matrixfile.SAFE_LOADER)
@@ -90,6 +93,7 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
             "techniques": techniques,
             **({} if "baseline" in techniques else {"exclude": [{"techniques": "baseline"}]}),
             **({"technique_options": options} if options else {}),  # a --config's LoRA settings
+            **({"ranks": ranks} if ranks else {}),
         }},
         **({"model_options": {model: {"trust_remote_code": True}}} if trust_remote_code else {}),
     }

@@ -18,6 +18,10 @@ used memory. What comes out, per recipe:
   (source_kind own-run, role held-out, the prediction as its first score): give it back by adding
   them to the corpus.
 
+``--ranks rank0``: a recipe of several GPUs (FSDP2) runs as its rank 0 alone on this one GPU over
+torch's fake process group (bench/worker/onerank.py): the rank's own memory on a real allocator,
+without NCCL's buffers (sim's need adds them) or the collectives; the record and the corpus rows say so.
+
 Exit status: 0 every recipe ran (fits or ran out of memory: both are measurements); 1 a run
 failed, timed out or was skipped (no CUDA device: the reason says so); 2 bad input.
 """
@@ -87,6 +91,9 @@ def corpus_rows(c: dict) -> list[dict]:
     if m["status"] != "ok":
         return []
     rows = []
+    program = (rec.get("details") or {}).get("rank_program")
+    alone = (f" as its rank 0 of {rec['world_size']} alone over torch's fake process group (collectives not run, "
+             "NCCL's buffers not allocated)") if program else ""
     for measure, key in (("allocated", "allocated_peak_bytes"), ("reserved", "reserved_peak_bytes")):
         if m[key] is None:
             continue
@@ -96,7 +103,7 @@ def corpus_rows(c: dict) -> list[dict]:
                   f"{measure[:5]}"[:64].lower().replace("_", "-"),
             "role": "held-out", "source": "ft-membench cuda run", "read_at": _dt.date.today().isoformat(),
             "source_kind": "own-run", "model": rec["model"], "model_config": rec["model"],
-            "recipe": f"ft-membench measure on {m['device']}", "techniques": "+".join(rec["techniques"]),
+            "recipe": f"ft-membench measure on {m['device']}{alone}", "techniques": "+".join(rec["techniques"]),
             "batch_size": rec["batch_size"], "seq_len": rec["seq_len"], "gpu": m["device"] or rec["gpu"],
             "gpu_profile": rec["gpu"], "n_gpus": rec.get("world_size") or 1, "measure": measure, "value_kind": "peak",
             "value": round(m[key] / GIB, 3), "unit": "GiB", "value_gib": round(m[key] / GIB, 3), "tokens_per_s": None,
