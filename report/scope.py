@@ -29,8 +29,9 @@ def section(df: pd.DataFrame, fits: pd.DataFrame | None = None) -> dict:
                      + " per card, for memory outside the caching allocator, measured on one H200 (742-758 MiB "
                      "with NVML); it varies with driver and GPU.")
     if _any(df, lambda r: knobs(r).get("dist")):
-        items.append("The communication streams' own allocator pools and DeepSpeed's all-gather and prefetch buckets "
-                     "of multi-GPU cells; FSDP2 cells are each rank's own traced step, ZeRO and FSDP offload are "
+        items.append("DeepSpeed's communication streams' own allocator pools and its all-gather and prefetch buckets "
+                     "of multi-GPU cells (FSDP2's streams are in: each rank's own traced step, replayed with a pool per "
+                     "stream, within 1% of one rank's reserved memory on an H100); ZeRO and FSDP offload are "
                      "worked out by formula (marked 'analytic': it agrees with real DeepSpeed ZeRO-1/2/3 on a tiny "
                      "model at 1, 2 and 4 ranks, unchecked at 7-70B scale). NCCL's device buffers are in the need, "
                      "modelled from NCCL's defaults for the world size and the card's interconnect (76 MiB to about "
