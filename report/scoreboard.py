@@ -8,6 +8,8 @@ source link, whether or not it was simulated. A table without published records 
 """
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
 from bench.corpus import board, peer_fitcheck, peer_rules, published
@@ -103,7 +105,7 @@ def section(df: pd.DataFrame):
         verdict = "—" if ours.get("verdict") is None else ours["verdict"]
         shown.append({
             "row": s["row"], "role": s["role"], "url": s["url"], "model": s["model"] or "—", "recipe": s["recipe"],
-            "gpu": f"{s['n_gpus'] or '?'}× {s['gpu'] or '?'}", "measure": s["measure"], "kind": s["value_kind"],
+            "gpu": gpu_label(s), "measure": s["measure"], "kind": s["value_kind"],
             "published": f"{s['published_gib']:.2f}", "ours": _gib(ours.get("predicted_bytes")) if ours["covered"] else "—",
             "error": _pct(ours["signed_error"]), "peers": ", ".join(peers) or "—",
             "outcome": s["outcome"], "verdict": verdict,
@@ -144,3 +146,10 @@ def section(df: pd.DataFrame):
         "optional": [f"{name}: {why}" for name, why in sb.OPTIONAL_PEERS.items()]
         + ([f"{peer_fitcheck.NAME}: {peer_fitcheck.unavailable()}"] if peer_fitcheck.unavailable() else []),
     }
+
+
+def gpu_label(s: dict) -> str:
+    """The row's GPUs: the source's own words where they state a count ("2 x RTX 3090", "1 x H100 ...
+    (rank 0 of 2, run alone)"), else the count of GPUs before them."""
+    gpu = s["gpu"] or "?"
+    return gpu if re.match(r"\d+\s*[x×]\s", gpu) else f"{s['n_gpus'] or '?'}× {gpu}"

@@ -369,3 +369,12 @@ def test_report_build_published_table_feeds_the_scoreboard_section_only():
     seen = []
     build._page_section(lambda df: seen.append(df), main, pub)      # every other section reads the main table
     assert seen[0] is main
+
+
+def test_our_own_runs_get_no_made_up_address():
+    """A row of our own GPU runs names a folder of this repository, not a GitHub repository: no link."""
+    from bench.corpus import scoreboard
+    row = {"source": "ft-membench cuda run: results/reference/cuda-h100", "source_kind": "own-run", "read_at": "2026-11-26"}
+    assert scoreboard.source_url(row) is None
+    torchtune = {"source": "pytorch/torchtune:README.md", "source_kind": "results-file", "read_at": "a" * 40}
+    assert scoreboard.source_url(torchtune) == f"https://github.com/pytorch/torchtune/blob/{'a' * 40}/README.md"

@@ -109,9 +109,12 @@ def our_verdict(rec: dict, gpu: str) -> str | None:
     return {"fits": "fits", "tight": "fits", "oom": "oom"}.get(v)
 
 
-def source_url(row: dict) -> str:
-    """A link to the row's source: its URL, or the GitHub file at the commit it was read at."""
+def source_url(row: dict) -> str | None:
+    """A link to the row's source: its URL, or the GitHub file at the commit it was read at; None for
+    our own runs (source ``ft-membench cuda run: <folder of this repository>``: no public address)."""
     src = row["source"]
+    if row.get("source_kind") == "own-run":
+        return None
     if src.startswith(("http://", "https://")):
         return src
     repo, _, path = src.partition(":")
