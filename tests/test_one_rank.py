@@ -1,7 +1,7 @@
 """A cell run as its rank 0 alone (its study's ``ranks: rank0``; bench/worker/onerank.py): the
 rank's real program over torch's fake process group, in one process. On the CPU it is held here
 against sim's rank 0 (``simulate.run(spec, cuda_model=False)``: cpu kernels, exact bytes) event by
-event: the same program, real tensors against fake ones. A GPU runs the same code with its own
+event (world size 2): the same program, real tensors against fake ones. A GPU runs the same code with its own
 allocator and FSDP's streams (matrix/cuda-h100.yaml; results/reference/cuda-h100).
 
 Against a real multi-process run (tests/test_sim_ranks.py) two differences were named, gloo's copy
@@ -18,7 +18,7 @@ from bench.spec.matrixfile import MatrixError
 from tests.test_sim_ranks import peaks, step_allocations
 
 pytestmark = pytest.mark.slow
-CELLS = ["fsdp+w2", "fsdp+w4"]
+CELLS = ["fsdp+w2"]  # world size 4 against real gloo ranks: tests/test_sim_ranks.py
 
 
 @pytest.fixture(scope="module")
