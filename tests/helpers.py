@@ -44,3 +44,14 @@ def ok(recs: dict, name: str) -> dict:
 
 def d(recs: dict, name: str) -> dict:
     return ok(recs, name)["details"]
+
+
+def gpu_runs_and_twins(root: Path, gpu: str) -> tuple[dict, dict]:
+    """The real GPU runs stored under ``root`` (cells ``<model>__<gpu>__...``) and their sim twins
+    (``<model>__sim__...``), {cell: record} each, every file read through the record gate."""
+    from bench.records import results
+    rs = results.read(root)
+    assert rs.problems == [], rs.problems
+    cuda = {c: r for c, r in rs.records.items() if f"__{gpu}__" in c}
+    sim = {c: r for c, r in rs.records.items() if "__sim__" in c}
+    return cuda, sim

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from bench.estimate.allocator import Allocator
-from bench.records import checks, results
+from bench.records import checks
+from tests.helpers import gpu_runs_and_twins
 
 ROOT = Path(__file__).resolve().parents[1] / "results" / "reference" / "cuda-h100"
 ALLOCATED_WITHIN = 0.02
@@ -34,11 +35,7 @@ EVENTS_WITHIN = 0.005
 
 @pytest.fixture(scope="module")
 def stored():
-    rs = results.read(ROOT)
-    assert rs.problems == [], rs.problems
-    cuda = {c: r for c, r in rs.records.items() if "__h100-80gb__" in c}
-    sim = {c: r for c, r in rs.records.items() if "__sim__" in c}
-    return cuda, sim
+    return gpu_runs_and_twins(ROOT, "h100-80gb")
 
 
 def twin(cell: str) -> str:

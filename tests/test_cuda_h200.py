@@ -21,6 +21,7 @@ import pytest
 
 from bench.estimate import verdicts
 from bench.records import checks, results
+from tests.helpers import gpu_runs_and_twins
 
 ROOT = Path(__file__).resolve().parents[1] / "results" / "reference" / "cuda-h200"
 ALLOCATED_WITHIN = 0.02
@@ -32,11 +33,7 @@ RESERVED_EXCEPTIONS = {"qwen2.5-0.5b__h200__qlora+gc": -0.21}
 
 @pytest.fixture(scope="module")
 def stored():
-    rs = results.read(ROOT)
-    assert rs.problems == [], rs.problems
-    cuda = {c: r for c, r in rs.records.items() if "__h200__" in c}
-    sim = {c: r for c, r in rs.records.items() if "__sim__" in c}
-    return cuda, sim
+    return gpu_runs_and_twins(ROOT, "h200")
 
 
 def twin(cell: str) -> str:
