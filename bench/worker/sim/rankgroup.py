@@ -27,6 +27,7 @@ import contextlib
 
 from bench.spec import techniques
 from bench.worker import onerank
+from bench.worker.sim import dtensor_flag
 from bench.worker.onerank import LOAD_OP, start_from_shards  # noqa: F401  (sim's names for them)
 
 HOW = ("rank 0's own program: the step run under fake tensors with FSDP2 (fully_shard) over torch's fake "
@@ -44,5 +45,5 @@ def ranks(spec: dict):
     if not traced(spec):
         yield None
         return
-    with onerank.fake_ranks(spec["world_size"], "cpu") as mesh:
+    with onerank.fake_ranks(spec["world_size"], "cpu") as mesh, dtensor_flag.installed():
         yield mesh
