@@ -85,7 +85,7 @@ def test_an_fp32_recipe_that_does_not_fit_says_its_weights_are_fp32():
 
 
 def test_need_is_the_reports_need_and_says_what_it_includes():
-    """The CLI printed the modelled reserved peak, the report that plus the 768 MiB
+    """The CLI printed the modelled reserved peak, the report that plus the 840 MiB
     reserve: one figure now (bench/measures.need_bytes), named in the legend."""
     from report import lookup, table
     cell, gpu = "qwen2.5-7b__sim__lora+gc+bf16", "rtx-4090"
@@ -96,7 +96,7 @@ def test_need_is_the_reports_need_and_says_what_it_includes():
     out = shown([line(cell, gpu)], gpu)
     row = next(ln for ln in out.splitlines() if ln.startswith("lora+gc+bf16 "))
     assert f"{report_need / GiB:.2f}" in row.split()
-    assert "modelled reserved peak of one step plus the 768 MiB CUDA reserve" in out
+    assert "modelled reserved peak of a step (the allocator's steady state) plus the 840 MiB CUDA reserve" in out
 
 
 def test_a_malformed_config_json_is_named_not_an_unknown_model(tmp_path):

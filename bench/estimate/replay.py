@@ -28,7 +28,7 @@ import json
 import pickle
 import sys
 
-from bench.estimate import pools
+from bench.estimate import pools, steady
 from bench.estimate.allocator import SOURCE, Allocator
 from bench.estimate.pools import OutOfMemory
 
@@ -190,11 +190,15 @@ def _add_frames(trace: dict, i: int, log: list, mark: int) -> None:
 
 
 def model(trace: dict, conf: str | None, gpus: dict, reserve_bytes: int, outside: dict | None = None) -> dict:
-    """What a record keeps: the uncapped replay (no timeline rows beyond TIMELINE_POINTS) and,
+    """What a record keeps: the uncapped replay of the trace in its steady state (its last step
+    repeated: bench/estimate/steady.py; ``steady_state`` says how, or why not), no timeline rows
+    beyond TIMELINE_POINTS, and,
     per GPU, ``first_oom``: None when the step fits, else the failing allocation under
     (memory - reserve). A GPU whose capacity holds the uncapped reserved peak never fails:
     the allocator's decisions are the same as without a cap, so it is not replayed. ``outside``:
     {gpu: bytes} more held outside the allocator (a rank's NCCL buffers), off that GPU's capacity."""
+    recorded_events = len(trace["columns"]["kind"])
+    trace, steady_info = steady.extend(trace)
     free, outside = replay(trace, conf), outside or {}
     first_oom, retries = {}, {}
     for gpu, prof in gpus.items():
@@ -207,9 +211,16 @@ def model(trace: dict, conf: str | None, gpus: dict, reserve_bytes: int, outside
     free.update(first_oom=first_oom, alloc_retries_by_gpu=retries, source=SOURCE,
                 capacity_bytes_by_gpu={g: p["memory_bytes"] - reserve_bytes - outside.get(g, 0)
                                        for g, p in gpus.items()},
-                trace_events=len(trace["columns"]["kind"]), trace_max_events=trace["max_events"],
-                trace_dropped_events=trace["dropped_events"])
+                trace_events=recorded_events, trace_max_events=trace["max_events"],
+                trace_dropped_events=trace["dropped_events"],
+                steady_state=dict(steady_info, how=steady.HOW if steady_info["repeats"] else None))
     return free
+
+
+def reserved_peak(trace: dict, conf: str | None = None) -> int:
+    """The reserved peak ``model`` gives this trace (its steady state), without the timeline:
+    what a search reads at a shape it did not simulate."""
+    return replay(steady.extend(trace)[0], conf, points=1)["reserved_peak_bytes"]
 
 
 def main(argv=None) -> int:

@@ -104,7 +104,7 @@ def recipe_object(line: dict, gpu: str, cap: int, host_bytes: int | None = None)
     page = ((rec.get("details") or {}).get("paging") or {}).get(gpu)
     return {
         "technique": line["technique"], "cell": line.get("cell"), "verdict": status(line, gpu),
-        "need_bytes": need, "need_is": "modelled reserved peak of one step plus the CUDA reserve, against "
+        "need_bytes": need, "need_is": "modelled reserved peak of a step in the allocator's steady state plus the CUDA reserve, against "
         "memory_bytes" + (", per rank" if world > 1 else ""),
         "modelled_reserved_peak_bytes": rec.get("modelled_reserved_peak_bytes"),
         "allocated_peak_bytes": rec.get("peak_bytes"),

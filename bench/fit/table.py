@@ -116,7 +116,7 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
                 if (est := (((ln.get("record") or {}).get("details") or {}).get("speed_model") or {}).get(gpu))), None)
     if cal:   # the speed's out-of-sample error (bench/estimate/speedcv.py), not its calibration residuals
         out.append(f"speed: modelled, {cal.split(' (', 1)[0]}; {speedcv.note(cal)}.")
-    out.append(f"need: the modelled reserved peak of one step plus the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB "
+    out.append(f"need: the modelled reserved peak of a step (the allocator's steady state) plus the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB "
                "CUDA reserve (context, cuBLAS workspaces), the figure the verdict sets against the card's memory and "
                "the report's need (per rank for ZeRO/FSDP, with NCCL's buffers, whose speed is per rank and for the run; '>=' where no "
                "reserved peak was modelled). Where each answer came from:")

@@ -88,7 +88,7 @@ class Shapes:
             else:
                 t, conf = fit.at(seq if name == "seq" else batch), self.spec["knobs"]["alloc_conf"]
                 got = (partition.per_rank_reserved(t, self.rule, conf) if by_formula(self.spec)
-                       else replay.replay(t, conf, points=1)["reserved_peak_bytes"])
+                       else replay.reserved_peak(t, conf))
                 self.reserved[key] = max(got, self.floor)
         return self.reserved[key]
 
