@@ -116,12 +116,11 @@ def test_a_rank_simulated_now_reserves_as_the_stored_twin(stored, tmp_path):
 
 def test_what_the_process_held_outside_the_allocator_is_recorded(stored):
     """NVML's used memory less the device's use before the process and less torch's reserved peak:
-    834 MiB on every H100 cell, above the verdict's 768 MiB reserve (set from the H200's 742-758 MiB).
-    Held here as measured, so that the next reserve is set against both cards (README there)."""
+    834 MiB on every H100 cell. The verdict's reserve covers it (840 MiB, the most measured on either card;
+    it was 768 MiB, set from the H200's 742-758 MiB)."""
     from bench.estimate import verdicts
     cuda, _ = stored
     outside = {c: r["details"]["cuda"]["nvml"]["device_used_peak_bytes"] - r["details"]["cuda"]["device_used_before_bytes"]
                - r["reserved_peak_bytes"] for c, r in cuda.items()}
     assert {round(b / 2**20) for b in outside.values()} == {834}
-    short = max(outside.values()) - verdicts.RESERVE_BYTES
-    assert 0 < short < 100 * 2**20  # the known shortfall: when the reserve is raised to cover it, this line goes
+    assert max(outside.values()) <= verdicts.RESERVE_BYTES

@@ -11,11 +11,13 @@ What a real process holds on the card:
 - memory outside the caching allocator (``RESERVE_BYTES``): the CUDA context (driver state and
   the kernels loaded into it, lazily, CUDA >= 11.7), cuBLAS and cuBLASLt workspaces (32 MiB each
   on Hopper: pytorch/pytorch#89027, #120925) and the kernels loaded as a step first uses them.
-  Measured with NVML on an H200 (torch 2.11, CUDA 13.0) over 16 training cells of
-  matrix/cuda-h200.yaml (results/reference/cuda-h200): 524 MiB after CUDA init, 742-758 MiB at
-  the step's peak beside the allocator's reserved memory; 768 MiB is reserved. (It was 576 MiB
-  before that measurement: a context of 512 MiB and 64 MiB of workspaces, each from the
-  literature, 182 MiB under what the H200 showed.)
+  Measured with NVML (torch 2.11, CUDA 13.0): on an H200 over 16 training cells of
+  matrix/cuda-h200.yaml (results/reference/cuda-h200), 524 MiB after CUDA init and 742-758 MiB at
+  the step's peak beside the allocator's reserved memory; on an H100 over 10 FSDP2 rank cells of
+  matrix/cuda-h100.yaml (results/reference/cuda-h100), 834 MiB on every cell. The reserve is the
+  largest measured, rounded up to 8 MiB: 840 MiB. (It was 576 MiB before the H200's measurement,
+  a context of 512 MiB and 64 MiB of workspaces from the literature; then 768 MiB, 66 MiB under
+  what the H100 showed.)
 
 The allocator may use ``memory_bytes - RESERVE_BYTES`` (the replay's capacity; ``memory_bytes``
 is the CUDA runtime's total, matrix/gpus.yaml). A multi-GPU rank also holds NCCL's own device
@@ -30,10 +32,11 @@ from __future__ import annotations
 MiB = 2**20
 CUDA_CONTEXT_BYTES = 512 * MiB    # vLLM's start-up plan counts these two apart (bench/spec/workloads.py)
 BLAS_WORKSPACE_BYTES = 64 * MiB
-# a training process's memory outside the caching allocator, measured on an H200 (module docstring)
-RESERVE_BYTES = 768 * MiB
+# a training process's memory outside the caching allocator, the most measured (H100; module docstring)
+RESERVE_BYTES = 840 * MiB
 RULE = (f"capacity = GPU memory - {RESERVE_BYTES // MiB} MiB reserve (memory outside the caching allocator: CUDA "
-        "context, cuBLAS/cuBLASLt workspaces, kernels; measured 742-758 MiB on an H200), and on several GPUs "
+        "context, cuBLAS/cuBLASLt workspaces, kernels; measured 742-758 MiB on an H200, 834 MiB on an H100), "
+        "and on several GPUs "
         "- NCCL's buffers (modelled, details.nccl); the step's allocation "
         "trace is replayed through the CUDA caching-allocator "
         "model (bench/estimate/allocator.py); fits: the modelled reserved peak <= capacity; tight: it is not, but "
