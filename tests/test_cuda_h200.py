@@ -99,7 +99,8 @@ MEASURED = ROOT / "measure-llama-3.2-3b"
 def test_ft_membench_measure_on_the_h200_held_out_llama_3b():
     """`ft-membench measure llama-3.2-3b --gpu h200 --techniques bf16,gc+bf16,lora+gc+bf16,qlora+gc`,
     predicted here (pinned versions) and stored before it ran on the H200: a model no earlier run
-    had measured. Allocated within 1.5%, reserved within 0.5%, every verdict as the run ended."""
+    had measured. Allocated within 1.5%, reserved within 0.5%, every verdict as the run ended. The
+    predictions are kept as they were made (the reserve was 768 MiB then, 840 MiB now)."""
     import json
     rs = results.read(MEASURED)
     assert rs.problems == [] and len(rs.records) == 4
@@ -108,6 +109,11 @@ def test_ft_membench_measure_on_the_h200_held_out_llama_3b():
         assert rec["details"]["cuda"]["physical_device"] == "NVIDIA H200"
         twin = cell.replace("__h200__", "__sim__")
         pred = json.loads((MEASURED / "predicted" / f"{twin}.b1.s2048.json").read_text())
-        assert checks.problems(pred) == [] and pred["verdicts"]["h200"] == "fits"
+        # stored before the run, so made under the reserve of its day (768 MiB): the gate finds that, and only
+        # that, stale; the bytes compared below do not depend on the reserve
+        stale = checks.problems(pred)
+        assert pred["details"]["verdict_reserve_bytes"] == 768 * 2**20 and stale and all(
+            "verdict_reserve_bytes is 805306368" in p or p.startswith("allocator_model.capacity_bytes_by_gpu.") for p in stale)
+        assert pred["verdicts"]["h200"] == "fits"
         assert abs(pred["peak_bytes"] / rec["peak_bytes"] - 1) <= 0.015, cell
         assert abs(pred["modelled_reserved_peak_bytes"] / rec["reserved_peak_bytes"] - 1) <= 0.005, cell
