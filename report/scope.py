@@ -26,9 +26,9 @@ def section(df: pd.DataFrame, fits: pd.DataFrame | None = None) -> dict:
     if reserves:
         items.append("The CUDA context, cuBLAS workspaces and kernels are a fixed reserve of "
                      + " / ".join(f"{b / 2**20:.0f} MiB" for b in sorted(reserves) if isinstance(b, (int, float)))
-                     + " per card, for memory outside the caching allocator, measured on one H200 (742-758 MiB "
-                     "with NVML); it varies with driver and GPU: an H100's FSDP2 rank held 834 MiB, 66 MiB more than "
-                     "this reserve (results/reference/cuda-h100).")
+                     + " per card, for memory outside the caching allocator: the most measured with NVML (742-758 MiB "
+                     "on an H200, 834 MiB on an H100: results/reference/cuda-h200, cuda-h100); it varies with driver and "
+                     "GPU, and another card or driver may hold more.")
     if _any(df, lambda r: knobs(r).get("dist")):
         items.append("DeepSpeed's communication streams' own allocator pools and its all-gather and prefetch buckets "
                      "of multi-GPU cells (FSDP2's streams are in: each rank's own traced step, replayed with a pool per "
