@@ -97,7 +97,17 @@ def test_what_is_not_a_steady_step_is_not_extended_and_says_why(tr, why):
 def test_the_model_reads_the_steady_state_and_says_so():
     tr = _train_trace(3)
     got = replay.model(tr, None, {}, 0)
-    assert got["steady_state"]["repeats"] == steady.REPEATS and got["steady_state"]["how"] == steady.HOW
+    assert 1 <= got["steady_state"]["repeats"] <= steady.MAX_REPEATS and got["steady_state"]["how"] == steady.HOW
+    assert got["steady_state"]["settled"]
     assert got["trace_events"] == len(tr["columns"]["kind"])
     assert got["reserved_peak_bytes"] >= replay.replay(tr)["reserved_peak_bytes"]
     assert replay.reserved_peak(tr) == got["reserved_peak_bytes"]
+
+
+def test_repeats_are_added_while_the_last_one_still_reserves_more():
+    tr = _train_trace(3)
+    out, ext, info = replay.settled(tr)
+    peaks = replay.replay(steady.extend(tr, steady.MAX_REPEATS)[0])["step_reserved_peak_bytes"]
+    grown = [i for i in range(3, len(peaks)) if peaks[i] > peaks[i - 1]]  # the copies that reserved more
+    assert info["repeats"] == min(steady.MAX_REPEATS, 1 + len(grown)) and out["reserved_peak_bytes"] == max(peaks[:2 + info["repeats"] + 1])
+    assert len(ext["columns"]["kind"]) > len(tr["columns"]["kind"])

@@ -315,6 +315,6 @@ def per_rank_reserved(trace: dict, rule: dict, conf: str | None = None) -> int:
     """A formula cell's modelled reserved bytes per rank at the shape of ``trace``: the partitioned
     peak plus the single-process replay's fragmentation at its peak (bench/estimate/verdicts.py
     ``ESTIMATE_RULE``), as the cell's record computes it."""
-    from bench.estimate import replay, steady
-    frag = replay.replay(steady.extend(trace)[0], conf, points=1)["fragmentation_at_peak_bytes"]
+    from bench.estimate import replay
+    frag = replay.settled(trace, conf, points=1)[0]["fragmentation_at_peak_bytes"]
     return per_rank(trace, rule)["peak_bytes"] + frag

@@ -198,8 +198,8 @@ def model(trace: dict, conf: str | None, gpus: dict, reserve_bytes: int, outside
     the allocator's decisions are the same as without a cap, so it is not replayed. ``outside``:
     {gpu: bytes} more held outside the allocator (a rank's NCCL buffers), off that GPU's capacity."""
     recorded_events = len(trace["columns"]["kind"])
-    trace, steady_info = steady.extend(trace)
-    free, outside = replay(trace, conf), outside or {}
+    free, trace, steady_info = settled(trace, conf)
+    outside = outside or {}
     first_oom, retries = {}, {}
     for gpu, prof in gpus.items():
         cap = prof["memory_bytes"] - reserve_bytes - outside.get(gpu, 0)
@@ -217,10 +217,27 @@ def model(trace: dict, conf: str | None, gpus: dict, reserve_bytes: int, outside
     return free
 
 
+def settled(trace: dict, conf: str | None = None, points: int = TIMELINE_POINTS) -> tuple[dict, dict, dict]:
+    """(the replay, the trace replayed, steady-state info) of ``trace`` in the allocator's steady state: its
+    last step repeated (bench/estimate/steady.py) once, then once more while the last repetition still
+    reserved new memory, at most ``steady.MAX_REPEATS`` times; a trace that cannot be repeated is replayed
+    as it is (``info["why_not"]``)."""
+    ext, info = steady.extend(trace, 1)
+    if not info["repeats"]:
+        return replay(trace, conf, points=points), trace, info
+    out = replay(ext, conf, points=points)
+    while info["repeats"] < steady.MAX_REPEATS and out["oom"] is None and \
+            out["step_reserved_peak_bytes"][-1] > out["step_reserved_peak_bytes"][-2]:
+        ext, info = steady.extend(trace, info["repeats"] + 1)
+        out = replay(ext, conf, points=points)
+    info["settled"] = out["step_reserved_peak_bytes"][-1] == out["step_reserved_peak_bytes"][-2]
+    return out, ext, info
+
+
 def reserved_peak(trace: dict, conf: str | None = None) -> int:
     """The reserved peak ``model`` gives this trace (its steady state), without the timeline:
     what a search reads at a shape it did not simulate."""
-    return replay(steady.extend(trace)[0], conf, points=1)["reserved_peak_bytes"]
+    return settled(trace, conf, points=1)[0]["reserved_peak_bytes"]
 
 
 def main(argv=None) -> int:

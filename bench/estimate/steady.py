@@ -7,8 +7,9 @@ A replay of one or two steps can so under-count what a long run reserves. (Found
 FSDP2 at world size 4, gc, bf16, reserved -4.9% after one step against a real run of three; the
 same trace with its last step repeated comes within -0.4%: results/reference/cuda-h100/README.md.)
 
-``extend(trace)`` appends ``REPEATS`` copies of the last step to the trace, each copy's
-storages new, as the next steps would allocate them:
+``extend(trace, k)`` appends k copies of the last step to the trace, each copy's storages new, as
+the next steps would allocate them (bench/estimate/replay.py ``settled`` adds copies until one
+reserves nothing new, at most ``MAX_REPEATS``):
 - A storage allocated in the last step and still live at its end (the step's carry: gradients
   created by this step, a reduce-scatter buffer kept for the next) stands, in the next copy, for
   the storage of the same size that the last step freed from before it. Carried storages are
@@ -29,10 +30,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-REPEATS = 3               # copies of the last step; every trace of the reference settles within one
+MAX_REPEATS = 3           # copies of the last step at most: a copy more while the last one still grew
 REMADE_MAX = 64 * 2 ** 20  # bytes a step may free of what was made before it, unreplaced (a batch, not a cache)
-HOW = (f"the last step repeated {REPEATS} times after the trace (its carried storages paired by size, "
-       "the batch made again), so the reserved figure is the allocator's steady state, not its first step's")
+HOW = ("the last step repeated after the trace until a repetition reserves no new memory (at most "
+       f"{MAX_REPEATS}; its carried storages paired by size, the batch made again), so the reserved figure is the "
+       "allocator's steady state, not its first step's")
 
 
 def _plan(trace: dict):
@@ -83,7 +85,7 @@ def _plan(trace: dict):
     return first, pair, remade, list(born)
 
 
-def extend(trace: dict, repeats: int = REPEATS) -> tuple[dict, dict]:
+def extend(trace: dict, repeats: int = 1) -> tuple[dict, dict]:
     """(the trace with its last step repeated ``repeats`` times, info) or (the trace unchanged,
     info with ``why_not``). The input is not modified."""
     plan = _plan(trace)
@@ -93,37 +95,40 @@ def extend(trace: dict, repeats: int = REPEATS) -> tuple[dict, dict]:
     col = trace["columns"]
     kind, serial, step = col["kind"], col["serial"], col["step"]
     n, last = len(kind), step[first]
-    names = list(col)
-    out = {k: list(v) for k, v in col.items()}
     nxt = max(serial) + 1
     prev = {s: s for s in carried}  # carried-out serial -> its storage in the previous copy
-
-    def emit(i: int, new_serial: int, copy: int) -> None:
-        for k in names:
-            out[k].append(col[k][i])
-        out["serial"][-1], out["step"][-1] = new_serial, last + 1 + copy
-
+    rows: list[int] = []      # the events each copy repeats (indices into the trace), in order
+    serials: list[int] = []   # their storages' serials in the copies
+    steps: list[int] = []
     for copy in range(repeats):
         cur: dict[int, int] = {}
         here: set = set()
+        mark = len(rows)
         for i in remade:  # the next batch, made before the step
             cur[serial[i]] = nxt
-            emit(i, nxt, copy)
+            rows.append(i)
+            serials.append(nxt)
             nxt += 1
         for i in range(first, n):
             s = serial[i]
             if kind[i]:
                 cur[s] = nxt
                 here.add(s)
-                emit(i, nxt, copy)
+                new = nxt
                 nxt += 1
             elif s in here:
                 here.discard(s)
-                emit(i, cur[s], copy)
+                new = cur[s]
             elif s in pair:
-                emit(i, prev[pair[s]], copy)
+                new = prev[pair[s]]
             elif s in cur:  # a storage made again at the copy's start
-                emit(i, cur[s], copy)
-            # else: a free the step's plan did not count (of a storage not live before it): none here
+                new = cur[s]
+            else:  # a free the step's plan did not count (of a storage not live before it): none here
+                continue
+            rows.append(i)
+            serials.append(new)
+        steps += [last + 1 + copy] * (len(rows) - mark)
         prev = {s: cur[s] for s in carried}
+    out = {k: (v + serials if k == "serial" else v + steps if k == "step" else v + [v[i] for i in rows])
+           for k, v in col.items()}
     return dict(trace, columns=out), {"repeats": repeats, "why_not": None, "steps_in_trace": last + 1}
