@@ -112,7 +112,7 @@ def test_chart_sections_state_their_provenance(df):
 
 def test_notes_and_peers(df):
     notes = sections.notes_section(df, "sim")["lines"]
-    assert any(line.startswith("Verdict rule: fits: peak + reserve") and "reserve 0.750 GiB" in line for line in notes)
+    assert any(line.startswith("Verdict rule: fits: peak + reserve") and "reserve 0.820 GiB" in line for line in notes)
     assert any("analytic: model states / 8 ranks" in line for line in notes)
     peer = {"source": "deepspeed", "what": "ZeRO-3 model states per GPU", "bytes": 10 * GIB, "ours_bytes": 12 * GIB,
             "difference": "ours also counts the optimizer step's temporaries"}
