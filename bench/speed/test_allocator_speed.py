@@ -6,8 +6,8 @@ The trace is a Qwen2.5-7B full fine-tune (batch 1, seq 1024, torch AdamW, warm-u
 one step: the first allocates the optimizer state), recorded by sim's tracker; building it
 takes a minute (a fake step), replaying it is what is timed: the default allocator and
 ``expandable_segments:True``, each replayed whole with its timeline (bench/estimate/replay.py),
-and the steady-state replay a record reads (``steady``: the trace with its last step repeated,
-bench/estimate/steady.py, extended and replayed under the default allocator).
+and the steady-state replay a record reads (``steady``: ``replay.settled``, the trace with its last
+step repeated until a repetition reserves nothing new, bench/estimate/steady.py, default allocator).
 Target: <= 1 s a replay on the 2-core reference machine. The timings, event count and
 modelled peaks go into ``benchmark.extra_info`` before the target is asserted. The test id
 names no model or technique, so ``-k <cell>`` selections leave it out.
@@ -15,7 +15,7 @@ names no model or technique, so ``-k <cell>`` selections leave it out.
 import time
 
 from bench.speed.study import STUDY
-from bench.estimate import replay, steady
+from bench.estimate import replay
 from bench.spec import matrix
 from bench.worker.sim import measure
 
@@ -34,7 +34,7 @@ def test_allocator_replay_speed(benchmark, tmp_path):
         out = {}
         for name, conf in (("default", None), ("expandable", "expandable_segments:True"), ("steady", None)):
             t0 = time.perf_counter()
-            res = replay.replay(steady.extend(trace)[0] if name == "steady" else trace, conf)
+            res = replay.settled(trace, conf)[0] if name == "steady" else replay.replay(trace, conf)
             out[name] = (time.perf_counter() - t0, res)
         return out
 
