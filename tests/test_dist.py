@@ -132,6 +132,22 @@ def test_world_size_2_shards_model_states(matrix_file, tmp_path):
 
 
 @pytest.mark.slow
+def test_zero_ranks_run_past_a_stale_extension_lock_and_build_nothing(matrix_file, tmp_path, monkeypatch):
+    """A process killed while holding torch's extension lock leaves it behind; DeepSpeed's CPU
+    shared-memory op (inference only) is not loaded, so no ZeRO cell waits on that lock."""
+    ext = tmp_path / "torch_extensions"
+    stale = ext / "py_cpu" / "deepspeed_shm_comm" / "lock"
+    stale.parent.mkdir(parents=True)
+    stale.touch()
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(stale.parent.parent))
+    cell = {**load(matrix_file, c={**TINY, "techniques": ["zero2+w2"]})["tiny-llama__cpu__zero2+w2"], "timeout_s": 120}
+    rec = launch.run_cell(cell, tmp_path / "zero2.log")
+    assert rec["status"] == "ok", f"{rec['reason']}\n{rec['log_tail']}"
+    assert sorted(p.name for p in stale.parent.iterdir()) == ["lock"]  # nothing built beside it
+    assert "built successfully" not in (tmp_path / "zero2.log").read_text()
+
+
+@pytest.mark.slow
 def test_ranks_out_of_memory_give_one_oom_record(matrix_file, tmp_path):
     gpus = {"tiny-cpu": {"kind": "cpu", "memory_bytes": 20_000_000}}  # < the model's 78 MB of fp32 weights
     cells = matrix.load(matrix_file({"c": {**TINY, "gpus": ["tiny-cpu"], "techniques": ["zero3+w2"]}}, gpus=gpus))

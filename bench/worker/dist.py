@@ -79,10 +79,24 @@ def deepspeed_config(spec: dict, micro_batch: int, hidden_size: int) -> dict:
     return cfg
 
 
+def skip_shm_op() -> None:
+    """Keep DeepSpeed from JIT-building its CPU shared-memory op (``deepspeed_shm_comm``).
+
+    That op serves only ``inference_all_reduce`` (AutoTP inference); ZeRO's collectives go through
+    torch.distributed (gloo here), so a training cell's tensors are the same without it. Building it
+    costs minutes on a small machine, and every process that loads it takes torch's file lock in
+    ~/.cache/torch_extensions: a process killed while holding it (a cell past its limit) leaves the
+    lock behind, and every later DeepSpeed cell on the machine waits on it until its own limit.
+    On CUDA the accelerator has no such builder; the entry is unread there."""
+    import deepspeed.ops
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+
+
 def wrap_deepspeed(spec: dict, model, optimizer, micro_batch: int):
     """(engine, optimizer): DeepSpeed's engine and its ZeRO optimizer wrapping ours."""
     import deepspeed
     ensure_rank_env()
+    skip_shm_op()
     engine, ds_opt, _, _ = deepspeed.initialize(
         model=model, optimizer=optimizer,
         config=deepspeed_config(spec, micro_batch, model.config.hidden_size),
