@@ -226,7 +226,7 @@ def settled(trace: dict, conf: str | None = None, points: int = TIMELINE_POINTS)
     if not info["repeats"]:
         return replay(trace, conf, points=points), trace, info
     out = replay(ext, conf, points=points)
-    while info["repeats"] < steady.MAX_REPEATS and out["oom"] is None and \
+    while info["repeats"] < steady.MAX_REPEATS and \
             out["step_reserved_peak_bytes"][-1] > out["step_reserved_peak_bytes"][-2]:
         ext, info = steady.extend(trace, info["repeats"] + 1)
         out = replay(ext, conf, points=points)

@@ -39,7 +39,8 @@ RULE = (f"capacity = GPU memory - {RESERVE_BYTES // MiB} MiB reserve (memory out
         "and on several GPUs "
         "- NCCL's buffers (modelled, details.nccl); the step's allocation "
         "trace is replayed through the CUDA caching-allocator "
-        "model (bench/estimate/allocator.py); fits: the modelled reserved peak <= capacity; tight: it is not, but "
+        "model (bench/estimate/allocator.py) in its steady state (the last step repeated until a repetition "
+        "reserves no new memory, bench/estimate/steady.py; allocator_model.steady_state); fits: the modelled reserved peak <= capacity; tight: it is not, but "
         "the replay under the capacity succeeds by releasing cached segments and retrying (slower, "
         "synchronizing cudaFree); oom: an allocation fails under the capacity")
 ESTIMATE_RULE = (f"capacity = GPU memory - {RESERVE_BYTES // MiB} MiB reserve - NCCL's buffers (modelled, "
