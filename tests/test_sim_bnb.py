@@ -13,11 +13,11 @@ from bench.spec import matrix
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def spec(tmp_path_factory):
+@pytest.fixture(scope="module", params=["qlora", "qlora+nf4-no-dq"])
+def spec(tmp_path_factory, request):
     from tests.helpers import write_matrix
-    study = {"mode": "cpu", "models": ["tiny-qwen2"], "gpus": ["cpu"], "techniques": ["qlora"]}
-    return matrix.load(write_matrix(tmp_path_factory.mktemp("bnb"), {"s": study}))["tiny-qwen2__cpu__qlora"]
+    study = {"mode": "cpu", "models": ["tiny-qwen2"], "gpus": ["cpu"], "techniques": [request.param]}
+    return matrix.load(write_matrix(tmp_path_factory.mktemp("bnb"), {"s": study}))[f"tiny-qwen2__cpu__{request.param}"]
 
 
 def storages(model) -> list:
@@ -40,6 +40,13 @@ def test_nf4_stand_in_holds_the_bytes_of_a_real_4bit_load(spec):
     linears = [m for m in real.modules() if isinstance(m, bnb.nn.Linear4bit)]
     assert len(packed) == len(linears) > 0  # one packed weight (numel / 2 bytes) per quantized linear
     assert sum(s[0] for s in packed) == sum(m.weight.quant_state.shape.numel() // 2 for m in linears)
+    # the absmax: one per 64 weights, fp32 without double quantization (bitsandbytes' default), uint8 with it
+    # (plus fp32 constants per 256 blocks and their code)
+    double = spec["knobs"]["double_quant"]
+    assert all(m.weight.quant_state.nested == double for m in linears)
+    absmax = sum(m.weight.quant_state.absmax.untyped_storage().nbytes() for m in linears)
+    blocks = sum(m.weight.quant_state.shape.numel() // 64 for m in linears)
+    assert absmax == blocks * (1 if double else 4)
 
 
 def _state(optimizer) -> list:

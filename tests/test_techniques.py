@@ -18,7 +18,7 @@ def test_every_technique_sets_knobs_the_defaults_know(name):
     sets = tech.lookup(name).sets
     assert set(sets) <= set(tech.DEFAULT_KNOBS), name
     # a world size alone needs a sharding technique; adapter variants need an adapter
-    needs = {"w2": None, "dora": "lora", "lora-all": "lora"}
+    needs = {"w2": None, "dora": "lora", "lora-all": "lora", "nf4-no-dq": "qlora"}
     if name in needs and needs[name] is None:
         return
     knobs = tech.knobs([name] + ([needs[name]] if name in needs else []))
@@ -32,6 +32,7 @@ def test_every_technique_sets_knobs_the_defaults_know(name):
     ("zero3+fsdp", "both set dist"),
     ("dora", "combine them with lora or qlora"),
     ("lora-all+gc", "combine them with lora or qlora"),
+    ("lora+nf4-no-dq", "combine it with qlora or qlora-fp32"),
     ("zero2+opt-in-bwd", "DeepSpeed owns the optimizer step"),
     ("opt-in-bwd+ga2", "cannot accumulate gradients"),
     ("qlora+adamw-fused+adamw8bit", "both set optimizer"),

@@ -37,6 +37,7 @@ DEFAULT_KNOBS = {
     "lora_targets": "options",  # options (technique_options.lora.target_modules) | all-linear
     "quant_storage": None,      # bnb_4bit_quant_storage: None (uint8) | bf16 (derived: qlora under FSDP or ZeRO-3)
     "kbit_extras": "bf16",      # QLoRA's non-quantized weights: bf16 (torchtune, Unsloth, LLaMA-Factory) | fp32 (peft)
+    "double_quant": True,       # QLoRA's NF4 absmax quantized again (bnb_4bit_use_double_quant): True | False (nf4-no-dq)
     # workloads beyond the training step: generation and a vLLM engine's plan
     "workload": "train",        # train | generate | vllm
     "new_tokens": None,         # generate: tokens decoded after the prompt (new<N>; default 32)
@@ -132,6 +133,12 @@ CATALOG: dict[str, Technique] = dict([
        "and LM head to fp32 (paged 8-bit AdamW unless another optimizer is named)",
        saves="parameters, gradients, optimizer", expected="~75% of weights on top of LoRA",
        difficulty="medium", overhead="dequantization: slower steps", defaults={"optimizer": "paged-adamw8bit"}),
+    _t("nf4-no-dq", {"double_quant": False},
+       "qlora's NF4 without double quantization (bnb_4bit_use_double_quant=False, bitsandbytes' default): one fp32 "
+       "absmax per 64 weights (0.5 bit/weight) instead of an 8-bit absmax with fp32 constants per 256 blocks "
+       "(~0.127 bit/weight); fitcheck-llm's and transformers' BitsAndBytesConfig default",
+       saves="-", expected="costs ~0.37 bit per quantized weight (~0.3 GiB on a 7B)",
+       difficulty="low", overhead="none"),
     _t("dora", {"dora": True}, "peft DoRA (use_dora=True) on the adapter's layers: magnitude vector + LoRA",
        saves="gradients, optimizer", expected="like LoRA, a little more activation memory",
        difficulty="medium", overhead="slower than LoRA (weight norm per step)"),

@@ -216,6 +216,8 @@ RULES = [
     (lambda k, n: k["dist"] in ZERO and k["precision"] == "amp-fp16",
      "DeepSpeed ZeRO has no gradient scaler for autocast fp16 (its own fp16 mode is pure fp16 weights): "
      "use amp-bf16 or bf16"),
+    (lambda k, n: not k["double_quant"] and k["adapter"] != "qlora",
+     "nf4-no-dq changes how qlora quantizes its base weights: combine it with qlora or qlora-fp32"),
     (lambda k, n: (k["dora"] or k["lora_targets"] != "options") and not k["adapter"],
      "dora and lora-all change the adapters: combine them with lora or qlora"),
     (lambda k, n: k["opt_in_bwd"] and k["dist"] in ZERO,

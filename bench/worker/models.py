@@ -174,12 +174,12 @@ def quant_storage(knobs: dict) -> torch.dtype:
 
 
 def load_qlora_base(spec: dict, config, device) -> torch.nn.Module:
-    """NF4 base weights with double quantization (bitsandbytes), 16-bit compute: the QLoRA
-    recipe; the other weights as ``kbit_extras_dtype`` says."""
+    """NF4 base weights (bitsandbytes; double quantization unless ``nf4-no-dq``), 16-bit compute: the
+    QLoRA recipe; the other weights as ``kbit_extras_dtype`` says."""
     knobs = spec["knobs"]
     compute = torch.float16 if knobs["precision"] == "amp-fp16" else torch.bfloat16
     qconfig = transformers.BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=knobs["double_quant"],
         bnb_4bit_compute_dtype=compute, bnb_4bit_quant_storage=quant_storage(knobs))
     load = knobs["load"] if knobs["load"] != "random-init" else "checkpoint"
     extras = "bf16" if knobs["precision"] == "bf16" else knobs["kbit_extras"]

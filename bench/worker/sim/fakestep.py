@@ -247,7 +247,7 @@ def real(fn):
 def qlora_base(spec: dict, config, device) -> torch.nn.Module:
     """bench.worker.models.load_qlora_base without a checkpoint, loaded as transformers loads it
     (``load_order``): the model is built on the meta device, every Linear but the output head
-    replaced by bitsandbytes NF4 ``Linear4bit`` (double quantization, bf16 compute); then each
+    replaced by bitsandbytes NF4 ``Linear4bit`` (double quantization unless nf4-no-dq, bf16 compute); then each
     weight arrives on the device one tensor at a time, in the checkpoint's sorted key order and
     the load dtype, and a 4-bit weight is quantized by bitsandbytes itself on arrival (its fake
     kernels give the packed uint8 weight and quant state, bytes equal to a real load:
@@ -260,7 +260,7 @@ def qlora_base(spec: dict, config, device) -> torch.nn.Module:
     from transformers.quantizers.base import get_keys_to_not_convert
 
     qconfig = transformers.BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=spec["knobs"]["double_quant"],
         bnb_4bit_compute_dtype=torch.bfloat16, bnb_4bit_quant_storage=models.quant_storage(spec["knobs"]))
     knobs = spec["knobs"]
     extras = "bf16" if knobs["precision"] == "bf16" else knobs["kbit_extras"]
