@@ -220,6 +220,23 @@ def test_fitcheck_answers_a_matched_row_when_installed():
     assert s["covered"] and s["predicted_bytes"] > 0 and s["agrees"] is not None
 
 
+def test_fitcheck_on_its_own_holdout_row_gives_its_own_recorded_prediction():
+    """fitcheck-llm's final T4 holdout (final-t4-20260921.json) records its tensors-tier prediction beside
+    max_memory_allocated: 10,581 MiB for Qwen2.5-7B QLoRA r=16, NF4 without double quantization. Its API
+    given our technique names for the row answers the same figure: the settings reach it as it ran them."""
+    pytest.importorskip("fitcheck", reason="fitcheck-llm is an optional peer: pip install fitcheck-llm")
+    rid = "fc-final-qwen2.5-7b-qlora-b1-s1024-sdpa"
+    row = BY_ID[rid]
+    fields, _ = peer_fitcheck.training_config(tech.knobs(row["techniques"].split("+")), pm.lora_options(rid),
+                                              row["batch_size"], row["seq_len"])
+    assert (fields["double_quant"], fields["lora_rank"], fields["grad_checkpoint"]) == (False, 16, True)
+    answer = peer_fitcheck.estimate(row, pm.lora_options(rid), 15 * 2**30)
+    assert "tensors tier" in answer["what"]  # an allocated row is compared with fitcheck's tensors, not its total
+    assert answer["bytes"] / 2**20 == pytest.approx(10581, abs=1)
+    total = peer_fitcheck.estimate({**row, "measure": "reserved"}, pm.lora_options(rid), 15 * 2**30)
+    assert total["bytes"] > answer["bytes"] and "total_mib" in total["what"]
+
+
 # --- published rules of thumb: LLaMA-Factory's hardware table, Unsloth's requirements table ------
 
 def test_param_count_from_config_matches_the_sim_records():

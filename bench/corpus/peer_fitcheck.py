@@ -10,8 +10,10 @@ optimizer (AdamW with fp32 or bf16 moments, 8-bit AdamW, SGD), LoRA rank and tar
 checkpointing, flash attention (our sdpa cells run CUDA's flash/memory-efficient kernels). What
 it cannot say (chunked loss, compile, optimizer in backward, activation offloading, packing,
 DoRA) is listed in ``unexpressed``; a sharded or multi-GPU recipe, or an optimizer it has no
-figure for, is a row it cannot answer. Its figure is its ``total_mib``; its verdict its ``fits``
-on a GPU of the profile's memory (fitcheck's own usable share of it).
+figure for, is a row it cannot answer. Its verdict is its ``fits``
+on a GPU of the profile's memory (fitcheck's own usable share of it). Its figure is its tensors
+tier (``total_mib - overhead_mib``) on a row measured as allocated or active memory, its ``total_mib``
+(tensors plus context and cache) on the others.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from bench.corpus import published
 from bench.spec import techniques as tech
 
 NAME = "fitcheck-llm"
+TENSOR_MEASURES = ("allocated", "active")  # rows measured on live tensors: compared with fitcheck's tensors tier
 
 
 class Unanswerable(ValueError):
@@ -76,6 +79,7 @@ def training_config(knobs: dict, options: dict, batch: int, seq: int) -> tuple[d
         (knobs["accum"] != 1, "gradient accumulation")) if cond]
     lora = options.get("lora") or options
     fields = {"precision": precision, "quantization": "nf4" if knobs["adapter"] == "qlora" else "none",
+              "double_quant": knobs["adapter"] == "qlora" and knobs["double_quant"],
               "optimizer": optimizer, "optimizer_dtype": opt_dtype, "batch_size": batch, "seq_len": seq,
               "lora_rank": lora.get("r") if knobs["adapter"] else None,
               "grad_checkpoint": bool(knobs["gc"]), "flash_attn": knobs["attn"] in ("sdpa", "fa2")}
@@ -97,6 +101,11 @@ def estimate(row: dict, options: dict | None, gpu_memory_bytes: int) -> dict:
         report = fitcheck.estimate(_model_config(row["model_config"]), fitcheck.TrainingConfig(**fields), gpu)
     except ValueError as exc:
         raise Unanswerable(f"fitcheck refused the settings: {' '.join(str(exc).split())}") from None
-    return {"bytes": int(report.total_mib * 2**20), "fits": bool(report.fits),
-            "what": f"fitcheck-llm estimate total_mib ({fields})",
+    # fitcheck's two tiers: its tensors (what max_memory_allocated reads) and its total (those plus its overhead:
+    # the CUDA context and the allocator's cache); each row is compared with the tier of its own measure
+    tensors = row.get("measure") in TENSOR_MEASURES
+    mib = report.total_mib - report.overhead_mib if tensors else report.total_mib
+    what = "tensors tier (total_mib - overhead_mib)" if tensors else "total_mib"
+    return {"bytes": int(mib * 2**20), "fits": bool(report.fits),
+            "what": f"fitcheck-llm estimate, {what} ({fields})",
             "unexpressed": unexpressed}
