@@ -120,6 +120,8 @@ def section(df: pd.DataFrame):
                 "oom": board.agreement(t, "oom").replace("-", "—")}
     summary = {role: [line(t) for t in table if t["role"] == role] for role in board.ROLES}
     multi = [dict(line(t), role=t["role"]) for t in sb.several_gpus(scored) if t["covered"]]
+    own = [dict(line(t), role=t["role"], benchmark=t["benchmark"], benchmark_rows=t["benchmark_rows"])
+           for t in sb.own_benchmarks(scored)]
     return {
         "kind": "scoreboard", "title": "How close is each tool to published GPU measurements",
         "note": ("Every row of the published corpus (matrix/published/corpus.yaml), against ft-membench's "
@@ -140,7 +142,7 @@ def section(df: pd.DataFrame):
                  "A row a tool cannot answer is not covered (—), never a zero. A disagreeing row stays as "
                  "published; the sim is never tuned to a row."),
         "summary": summary, "roles": {r: sum(1 for s in scored if s["role"] == r) for r in board.ROLES},
-        "several_gpus": multi,
+        "several_gpus": multi, "own_benchmarks": own,
         "first_scores": board.first_scores(scored, sb.OURS), "rows": shown, "image": figure(long) if len(long) else None,
         "simulated": sum(1 for s in scored if s["simulated"]), "total": len(scored),
         "optional": [f"{name}: {why}" for name, why in sb.OPTIONAL_PEERS.items()]

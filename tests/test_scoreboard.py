@@ -237,6 +237,25 @@ def test_fitcheck_on_its_own_holdout_row_gives_its_own_recorded_prediction():
     assert total["bytes"] > answer["bytes"] and "total_mib" in total["what"]
 
 
+def test_a_peer_on_its_own_benchmark_is_read_beside_ours_over_the_same_rows():
+    """fitcheck-llm's T4 rows are its own validation set: its error and ours are summarised over the rows
+    both answer, so neither median is taken over rows the other did not face."""
+    pytest.importorskip("fitcheck", reason="fitcheck-llm is an optional peer: pip install fitcheck-llm")
+    ids = ["fc-final-qwen2.5-7b-qlora-b1-s1024-sdpa", "fc-final-llama-3.2-1b-qlora-b1-s1024-sdpa",
+           "fc-final-llama-3.2-3b-qlora-b1-s1024-sdpa"]
+    rows = [BY_ID[i] for i in ids] + [BY_ID[QLORA_ROW]]   # torchtune's row is not fitcheck's benchmark
+    records = {e["cell"]: _record(e["cell"], peak=int(r["value_gib"] * GIB * 1.05), paged=0, gpu=r["gpu_profile"])
+               for e, r in zip(pm.plan(rows), rows)}
+    scored = _scored(rows, records)
+    scored[2]["tools"][peer_fitcheck.NAME] = sb._not("made up: fitcheck did not answer this one")
+    own = {t["tool"]: t for t in sb.own_benchmarks(scored) if t["measure"] == "allocated"}
+    assert set(own) == {sb.OURS, peer_fitcheck.NAME}
+    for t in own.values():
+        assert (t["benchmark"], t["benchmark_rows"], t["rows"], t["covered"]) == (peer_fitcheck.NAME, 3, 2, 2)
+    assert own[sb.OURS]["median_abs_error"] == pytest.approx(0.05, abs=1e-3)
+    assert own[peer_fitcheck.NAME]["median_abs_error"] < 0.02   # its own prediction on its own holdout
+
+
 # --- published rules of thumb: LLaMA-Factory's hardware table, Unsloth's requirements table ------
 
 def test_param_count_from_config_matches_the_sim_records():

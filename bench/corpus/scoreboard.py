@@ -263,6 +263,24 @@ def several_gpus(scored: list[dict]) -> list[dict]:
     return board.summary([s for s in scored if (s.get("n_gpus") or 1) > 1], [OURS], MEASURES)
 
 
+# A peer's own benchmark in the corpus: the rows its authors measured to validate it (by source prefix)
+OWN_BENCHMARKS = {peer_fitcheck.NAME: "Anassbzdd/fitcheck:"}
+
+
+def own_benchmarks(scored: list[dict]) -> list[dict]:
+    """Per peer with its own benchmark in the corpus: ``board.summary`` of ft-membench and the peer on
+    the rows of that benchmark both answer, so the two errors are read over the same rows; each line
+    also says how many of the benchmark's rows there are (``benchmark_rows``)."""
+    out = []
+    for peer, prefix in OWN_BENCHMARKS.items():
+        rows = [s for s in scored if (s.get("source") or "").startswith(prefix)]
+        both = [s for s in rows if s["tools"][OURS]["covered"] and s["tools"].get(peer, {}).get("covered")]
+        for t in board.summary(both, [OURS, peer], MEASURES):
+            if t["rows"]:
+                out.append({**t, "benchmark": peer, "benchmark_rows": len(rows)})
+    return out
+
+
 def _gpus() -> dict:
     import yaml
     from bench.spec.matrixfile import SAFE_LOADER
@@ -291,14 +309,18 @@ def main(argv=None) -> int:
         scored = score(published.load(args.corpus), load_records(args.records))
     table = summary(scored)
     multi = several_gpus(scored)
+    own = own_benchmarks(scored)
     firsts = board.first_scores(scored, OURS)
     from bench.records import atomic
     atomic.write_text(args.out, json.dumps({"rows": scored, "summary": table, "several_gpus": multi,
-                                            "first_scores": firsts}, indent=1) + "\n")
+                                            "own_benchmarks": own, "first_scores": firsts}, indent=1) + "\n")
     print(markdown(table))
     print()
     print("### the rows on several GPUs alone (ft-membench)")
     print(board.markdown(multi) if multi else "none")
+    print()
+    print("### each peer on its own benchmark, beside ft-membench on the same rows")
+    print(board.markdown(own) if own else "none")
     print()
     print(board.first_scores_markdown(firsts))
     return 0
