@@ -15,7 +15,7 @@ from tests.helpers import d, ok, run_cells
 pytestmark = pytest.mark.slow
 
 TECHNIQUES = ["baseline", "fp32+adamw+sdpa", "amp-fp16", "amp-bf16", "bf16", "gc", "ga2", "s64",
-              "adamw8bit", "lion8bit", "adafactor", "sgd", "lora", "qlora", "eager", "fa2",
+              "adamw8bit", "lora+keep-output", "lion8bit", "adafactor", "sgd", "lora", "qlora", "eager", "fa2",
               "zero3", "zero2-offload", "zero3-offload", "fsdp", "padding", "packing",
               "expandable-segments", "ckpt-load", "low-cpu-mem-usage"]
 # the step-wise climb of padded batches needs activations to dominate: LoRA, several steps
@@ -69,6 +69,16 @@ def test_pure_bf16_halves_weights_gradients_and_optimizer_state(recs):
 def test_checkpointing_keeps_fewer_activations_for_backward(recs):
     assert d(recs, "gc")["gradient_checkpointing"] and not d(recs, "baseline")["gradient_checkpointing"]
     assert d(recs, "gc")["activation_bytes_after_forward"] < 0.8 * d(recs, "baseline")["activation_bytes_after_forward"]
+
+
+def test_a_loop_that_keeps_its_output_holds_the_logits_through_the_optimizer_step(recs):
+    """keep-output: out = model(...); out.loss.backward(); optimizer.step(): the fp32 logits (batch x sequence x
+    vocabulary) stay alive until the step ends; the Trainer-like default lets them go after the loss."""
+    rec = ok(recs, "lora+keep-output")
+    logits = rec["batch_size"] * rec["seq_len"] * 32000 * 4  # tiny-llama's vocabulary, fp32
+    kept, plain = rec["phase_peak_bytes"]["optimizer"], ok(recs, "lora")["phase_peak_bytes"]["optimizer"]
+    assert kept - plain == pytest.approx(logits, abs=4096)  # the logits, and the loss scalar beside them
+    assert rec["peak_bytes"] > ok(recs, "lora")["peak_bytes"]
 
 
 def test_accumulation_runs_half_batches_with_fewer_activations(recs):

@@ -37,6 +37,7 @@ DEFAULT_KNOBS = {
     "lora_targets": "options",  # options (technique_options.lora.target_modules) | all-linear
     "quant_storage": None,      # bnb_4bit_quant_storage: None (uint8) | bf16 (derived: qlora under FSDP or ZeRO-3)
     "kbit_extras": "bf16",      # QLoRA's non-quantized weights: bf16 (torchtune, Unsloth, LLaMA-Factory) | fp32 (peft)
+    "keep_output": False,       # the loop keeps the model's output (its logits) until the optimizer step (keep-output)
     "double_quant": True,       # QLoRA's NF4 absmax quantized again (bnb_4bit_use_double_quant): True | False (nf4-no-dq)
     # workloads beyond the training step: generation and a vLLM engine's plan
     "workload": "train",        # train | generate | vllm
@@ -152,6 +153,12 @@ CATALOG: dict[str, Technique] = dict([
        "chunk, fp32 logits one chunk at a time, softmax recomputed in backward",
        saves="activations, temporaries", expected="most of the fp32 logits (GiBs at a 128k vocabulary)",
        overhead="none to small"),
+    _t("keep-output", {"keep_output": True},
+       "a plain training loop that keeps the model's output until the step ends (out = model(**batch); "
+       "out.loss.backward(); optimizer.step()): its logits stay alive through backward and the optimizer step, "
+       "where transformers' Trainer, TRL and torchtune let them go once the loss is computed",
+       saves="-", expected="costs the logits through backward (batch x sequence x vocabulary, fp32 where the "
+       "LM head is)", difficulty="low", overhead="none"),
     _t("liger-ce", {"loss": "liger"},
        "Liger Kernel's fused linear cross-entropy: LM head + CE + their gradients chunk by chunk in forward",
        saves="activations, temporaries", expected="the logits and their gradient never materialise",

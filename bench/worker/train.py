@@ -85,6 +85,7 @@ class Session:
         self.forward_retained = 0  # most bytes a forward left alive for its backward (activations)
         self.losses: list = []     # one per step: the mean of its micro-batches' losses (None in sim)
         self._micro_losses: list = []
+        self._kept = None          # keep-output: the model output the loop still holds
         self._probe = self._dtype_probe()
 
     def _optimizer(self, knobs):
@@ -111,7 +112,12 @@ class Session:
         before = t.total
         say("forward")
         with t.in_phase("forward"), self.autocast, self.offload or contextlib.nullcontext():
-            loss = call(**micro).loss
+            out = call(**micro)
+            loss = out.loss
+            # keep-output: the loop's ``out`` holds the output (its logits) until the step ends; a new one replaces
+            # it once the next forward has returned, as reassigning a loop variable does
+            self._kept = out if self.spec["knobs"]["keep_output"] else None
+            del out
         self.forward_retained = max(self.forward_retained, t.total - before)
         if self.spec["knobs"]["dist"] in ("fsdp", "fsdp-offload"):  # its gathered full weights are parameters, not activations
             t.mark("parameters", dist.fsdp_unsharded_tensors(self.model))
@@ -143,6 +149,7 @@ class Session:
         t.mark("optimizer", optimizers.state_tensors(self.optimizer))
         if not self.engine:
             self.optimizer.zero_grad(set_to_none=True)
+        self._kept = None  # keep-output: the loop's output goes when the step's function returns
 
     def step(self, batch: dict) -> None:
         micros = data.split(batch, self.accum)
