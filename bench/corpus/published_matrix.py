@@ -62,8 +62,6 @@ LORA_OPTIONS: dict[str, dict] = {
     # --lora_dropout 0.1 --lora_target_modules "all-linear" (the rows' lora-all)
     "peft-ds-z3-lora-llama2-70b": {"r": 8, "alpha": 16, "dropout": 0.1},
     "peft-fsdp-lora-llama2-70b": {"r": 8, "alpha": 16, "dropout": 0.1},
-    # held out: AnswerDotAI/fsdp_qlora train.py's defaults (lora_rank 64, lora_alpha 16, lora_dropout 0.1,
-    # lora_target_modules 'all' = k, q, v, up, down, gate projections); pure bf16, so adapters in bf16
     # held out: fitcheck-llm's scripts/measure.py (Anassbzdd/fitcheck at a5f51384): LoraConfig(r, lora_alpha=2r,
     # lora_dropout=0.0, bias="none") on q,k,v,o ("standard" preset); peft's default fp32 adapters. Its README
     # tables ran r=32; its final holdout file (final-t4-20260921.json) r=16
@@ -71,6 +69,8 @@ LORA_OPTIONS: dict[str, dict] = {
             "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
     "fc-final-": {"r": 16, "alpha": 32, "dropout": 0.0, "adapter_dtype": "fp32",
                   "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+    # held out: AnswerDotAI/fsdp_qlora train.py's defaults (lora_rank 64, lora_alpha 16, lora_dropout 0.1,
+    # lora_target_modules 'all' = k, q, v, up, down, gate projections); pure bf16, so adapters in bf16
     "aai-": {"r": 64, "alpha": 16, "dropout": 0.1, "adapter_dtype": "bf16",
              "target_modules": ["k_proj", "q_proj", "v_proj", "up_proj", "down_proj", "gate_proj"]},
 }
