@@ -1,4 +1,4 @@
-"""Sim's per-rank FSDP2 step (bench/worker/sim/rankgroup.py) against real multi-process runs of
+"""Sim's per-rank FSDP2 step (bench/worker/sim/rankgroup.py), with and without CPU offload, against real multi-process runs of
 the same tiny model on the CPU, gloo, at world size 2 and 4, with the CUDA modelling off
 (``simulate.run(spec, cuda_model=False)``: cpu kernels, exact bytes).
 
@@ -20,6 +20,11 @@ twice, 64 B each, the nested quantization's dynamic map, 1 KiB, two 8-byte scala
 which sim builds as real tensors before its fake mode and its tracker start (``fakestep``: real
 constants, so that fake ones do not leak into the process).
 
+With CPU offload (``fsdp-offload``) the device and the host are one RAM here, in the real run and in
+sim alike: both keep them apart as a GPU does (bench/worker/fsdpoffload.py: shards, gradient shards
+and the optimizer step on the host, the shard's copy to the device made before each all-gather), so
+the rank's device bytes and its host bytes are compared apart.
+
 The rank's own peak is above what the single-process partition by formula gives (the formula
 misses the reduce-scatter buffers and the unsharded gradients held beside them): the record keeps
 both (``details.formula_cross_check``).
@@ -33,7 +38,8 @@ from bench.runner import launch
 from bench.spec import matrix
 
 pytestmark = pytest.mark.slow
-CELLS = ["fsdp+w2", "fsdp+w4", "qlora+fsdp+w2", "fsdp+amp-bf16+w2"]
+OFFLOAD = ["fsdp-offload+w2", "fsdp-offload+w4", "qlora+fsdp-offload+gc+w2"]
+CELLS = ["fsdp+w2", "fsdp+w4", "qlora+fsdp+w2", "fsdp+amp-bf16+w2", *OFFLOAD]
 GLOO_COPY_OP = "aten.split.Tensor"
 MESH_BYTES = 128
 SMALL = 4096
@@ -176,3 +182,35 @@ def test_a_simulated_rank_leaves_the_process_environment_as_it_was(pairs):
     that process later inherits one stale rendezvous port (two at once: EADDRINUSE)."""
     import os
     assert not {"RANK", "WORLD_SIZE", "MASTER_PORT"} & set(os.environ)
+
+
+@pytest.mark.parametrize("cell", OFFLOAD)
+def test_an_offloading_rank_holds_on_the_host_what_the_real_rank_does(pairs, cell):
+    """FSDP2's CPUOffloadPolicy: the shards, their gradients and the optimizer state are host memory in
+    both runs, to the byte; the device holds no optimizer state and steps nothing; before each
+    all-gather the rank copies its shards to the device (torch/distributed/fsdp/_fully_shard/
+    _fsdp_param.py ``all_gather_inputs``: ``.to(self.device)``), one copy per parameter of the unit."""
+    real, sim = pairs[cell]
+    assert real["status"] == "ok", real["reason"]
+    for rec in (real, sim):
+        assert rec["details"]["fsdp_offload"]["host_shard_tensors"] > 0
+        assert rec["breakdown_bytes"]["optimizer"] == 0 and rec["phase_peak_bytes"]["optimizer"] == 0
+    assert sim["details"]["offloaded_bytes"] == real["details"]["offloaded_bytes"]
+    assert sim["details"]["offloaded_peak_bytes"] == real["details"]["offloaded_peak_bytes"] > 0
+    host = real["details"]["offloaded_bytes"]
+    assert host["optimizer"] > 0 and host["parameters"] > 0  # moments and shards on the host
+    copies = [e for e in events(sim["_trace"]) if e[0] and e[3] >= 0 and e[5] == "aten._to_copy.default"
+              and e[4] == "forward"]
+    assert copies, "no copy of a host shard to the device before an all-gather"
+
+
+def test_offloading_moves_the_states_off_the_device_and_the_formula_missed_half(pairs):
+    """Offload against the same step without it (world size 2, full fine-tune): the device's peak loses the
+    shards, gradients and moments. The single-process formula beside the rank's own program (what
+    sim answered before the rank was traced) gave half of this rank's device peak."""
+    (off, sim_off), (_on, sim_on) = pairs["fsdp-offload+w2"], pairs["fsdp+w2"]
+    assert sim_off["peak_bytes"] < sim_on["peak_bytes"]
+    assert sim_on["breakdown_bytes"]["optimizer"] > 0 == sim_off["breakdown_bytes"]["optimizer"]
+    check = sim_off["details"]["formula_cross_check"]
+    assert check["traced_over_formula"] > 0.9  # measured 2026-11-27: traced 136,920,192 B, formula 68,473,612 B
+    assert off["status"] == "ok"

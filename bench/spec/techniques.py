@@ -85,7 +85,7 @@ FSDP = {"fsdp", "fsdp-offload"}
 # (answer.ai's fsdp_qlora, PEFT's FSDP and DeepSpeed ZeRO-3 guides)
 SHARDS_PARAMETERS = {"zero3", "zero3-offload", "fsdp", "fsdp-offload"}
 # engines sim runs as one rank runs them (bench/worker/sim/rankgroup.py); the others are partitioned by formula
-TRACED_PER_RANK = {"fsdp"}
+TRACED_PER_RANK = {"fsdp", "fsdp-offload"}
 
 
 def traced_per_rank(spec: dict) -> bool:

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from bench.worker import cpuload, data, dist, losses, models, optimizers, placement, proofs, zeromem
+from bench.worker import cpuload, data, dist, fsdpoffload, losses, models, optimizers, placement, proofs, zeromem
 from bench.worker.progress import say
 
 AUTOCAST = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
@@ -65,9 +65,12 @@ class Session:
         tracker.mark("parameters", dist.parameter_tensors(self.model))
         self.optimizer = self._optimizer(knobs)
         self.engine = None
+        self.fsdp_offload = None
         if knobs["dist"] in ("fsdp", "fsdp-offload"):
             self.model = dist.wrap_fsdp(self.model, device, offload=knobs["dist"] == "fsdp-offload", mesh=mesh,
                                         param_dtype=AUTOCAST.get(knobs["precision"]))
+            if knobs["dist"] == "fsdp-offload":  # shards, gradient shards and the step on the host
+                self.fsdp_offload = fsdpoffload.watch(self.model, tracker, device)
             self.optimizer = self._optimizer(knobs)
         elif knobs["dist"]:
             self.engine, self.optimizer = dist.wrap_deepspeed(
@@ -232,6 +235,8 @@ def train(spec: dict, device, tracker, sim=None, mesh=None) -> dict:
         out["details"].update(build_peak_bytes=build_peak, pad_tokens=pads, batch_widths=widths)
         if one_rank:
             out["details"]["one_rank_build"] = one_rank
+        if session.fsdp_offload:
+            out["details"]["fsdp_offload"] = session.fsdp_offload
         if tracker.host:
             out["details"].update(offloaded_bytes=tracker.host_breakdown(), offloaded_peak_bytes=tracker.host_peak)
         out["details"].update(losses=list(session.losses), final_loss=session.losses[-1] if session.losses else None)

@@ -16,10 +16,10 @@ What the fake group leaves out, each named and tested (tests/test_sim_ranks.py):
 - the device mesh's rank tensor (a few bytes, made before the tracker starts here);
 - NCCL's device buffers, outside PyTorch's allocator: bench/estimate/nccl.py adds them to the need.
 
-Which engines run per rank (bench/spec/techniques.py ``TRACED_PER_RANK``): FSDP2 (``fsdp``). FSDP2 with CPU offload and DeepSpeed
-ZeRO are still partitioned by formula from the single-process step (bench/worker/sim/sharding.py):
-offload needs host and device apart on one fake device, and DeepSpeed does not run under fake
-tensors.
+Which engines run per rank (bench/spec/techniques.py ``TRACED_PER_RANK``): FSDP2, with and without
+CPU offload (``fsdp``, ``fsdp-offload``: the rank's host and device kept apart as a GPU keeps them,
+bench/worker/fsdpoffload.py). DeepSpeed ZeRO is still partitioned by formula from the
+single-process step (bench/worker/sim/sharding.py): DeepSpeed does not run under fake tensors.
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ from bench.worker import onerank
 from bench.worker.sim import dtensor_flag
 from bench.worker.onerank import LOAD_OP, start_from_shards  # noqa: F401  (sim's names for them)
 
-HOW = ("rank 0's own program: the step run under fake tensors with FSDP2 (fully_shard) over torch's fake "
+HOW = ("rank 0's own program: the step run under fake tensors with FSDP2 (fully_shard; CPUOffloadPolicy for "
+       "fsdp-offload) over torch's fake "
        "process group of the cell's world size; its allocation trace is the rank's, replayed as the rank's")
 
 def traced(spec: dict) -> bool:

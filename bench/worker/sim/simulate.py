@@ -236,7 +236,8 @@ def per_rank(spec: dict, m: Measured, single: Measured | None, gathered_peers: d
     outside = nccl_details(spec, details)
     model = alloctrace.attach(out, tracker, spec, profiles, outside=outside)
     model["per_rank"] = "the trace replayed is rank 0's own step, from its shards placed at load"
-    details["verdict_rule"] = verdicts.RULE + "; the trace is rank 0's own step (FSDP2 over a fake process group)"
+    details["verdict_rule"] = verdicts.RULE + "; the trace is rank 0's own step (FSDP2 over a fake process group" + (
+        ", its shards, gradients and optimizer step on the host)" if dist == "fsdp-offload" else ")")
     details["load_phase"] = multi_process_load(m.session.model, spec, model, profiles, units, out)
     out["verdicts"] = verdicts.after_load(verdicts.from_replay(model, profiles, outside),
                                           details["load_phase"]["verdicts"])
