@@ -38,7 +38,8 @@ class FollowsResize:
         serial, old, born = table[key]
         new = self.rounding(storage.nbytes())
         if table is self.live:
-            self._event((0, serial, self.step, self._phase_index.get(self.phase, 0)))
+            if old:  # a storage resized to 0 before was freed then: nothing of it is allocated now
+                self._event((0, serial, self.step, self._phase_index.get(self.phase, 0)))
             self._alloc_event(serial, storage.nbytes())
         if table is self.host:
             self.host_total += new - old

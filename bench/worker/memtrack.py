@@ -70,6 +70,9 @@ def cuda_stream():
     return None if current == torch.cuda.default_stream() else current.stream_id
 
 
+HOST_SERIALS = 1 << 48  # serials of storages born on the host (offloaded steps): never in the trace
+
+
 class MemTracker(memtrace.TrackerReports, memresize.FollowsResize, TorchDispatchMode):
     def __init__(self, budget_bytes: int | None = None, rounding=None, op_hooks=(), phase_sets: bool = False,
                  stream_of=None):
@@ -82,6 +85,8 @@ class MemTracker(memtrace.TrackerReports, memresize.FollowsResize, TorchDispatch
         self.rounding = rounding or (lambda n: n)
         self.live: dict[int, tuple] = {}    # storage key -> (serial, counted bytes, birth phase)
         self.serials = 0                    # storage keys are addresses and get reused: serials don't
+        self.host_serials = 0               # storages born on the host count from HOST_SERIALS: the trace's
+        # serials stay dense, so a step's are the same however much an offloaded optimizer allocates
         self.total = 0
         self.peak = 0
         self.peak_live: list[tuple] = []    # (serial, bytes, birth phase) of the peak's storages
@@ -135,14 +140,15 @@ class MemTracker(memtrace.TrackerReports, memresize.FollowsResize, TorchDispatch
             return self.host[key][0]
         if key in self.in_registers or self.fusing:
             return self._in_registers(storage, key)
-        self.serials += 1
         nbytes = self.rounding(storage.nbytes())
         weakref.finalize(storage, self._free, key)
-        if self.phase in self.host_phases:
-            self.host[key] = (self.serials, nbytes, self.phase)
+        if self.phase in self.host_phases:  # born on the host: a serial of its own range, none of the trace's
+            self.host_serials += 1
+            self.host[key] = (HOST_SERIALS + self.host_serials, nbytes, self.phase)
             self.host_total += nbytes
             self.host_peak = max(self.host_peak, self.host_total)
-            return self.serials
+            return HOST_SERIALS + self.host_serials
+        self.serials += 1
         self.live[key] = (self.serials, nbytes, self.phase)
         self._alloc_event(self.serials, storage.nbytes())
         self._grow(nbytes)
@@ -233,6 +239,19 @@ class MemTracker(memtrace.TrackerReports, memresize.FollowsResize, TorchDispatch
         if entry is not None:
             self.total -= entry[1]
             self._event((0, entry[0], self.step, self._phase_index.get(self.phase, 0)))
+
+    def renumber_live(self) -> None:
+        """New serials for the live storages, dense and in the order of their old ones, their
+        categories kept: a rank's trace starts from them (bench/worker/onerank.py
+        ``start_from_shards``), and the serials its build used and freed (a number that grows with
+        the layers, between each layer's shards and its quantization state) are no part of it."""
+        mapping = {}
+        for key, (serial, nbytes, born) in sorted(self.live.items(), key=lambda kv: kv[1][0]):
+            self.serials += 1
+            mapping[serial] = self.serials
+            self.live[key] = (self.serials, nbytes, born)
+        for cat, serials in self.known.items():
+            self.known[cat] = {mapping.get(s, s) for s in serials}
 
     def to_host(self, tensors) -> None:
         """Count these tensors' storages as host memory from now on (DeepSpeed offload keeps

@@ -42,10 +42,12 @@ def fake_ranks(world_size: int, device_type: str):
 def start_from_shards(tracker) -> int:
     """The trace from here on starts from what is live now (the rank's shards, the optimizer's
     empty state), each storage placed once in the order it was made: a rank that loads only its
-    shards (FSDP's meta-device, CPU-RAM-efficient loading) starts its step so. The build before it
+    shards (FSDP's meta-device, CPU-RAM-efficient loading) starts its step so, their serials
+    dense (``MemTracker.renumber_live``). The build before it
     (the whole model, then sharded) is not what a launched rank holds; how the load itself goes
     is bench/estimate/loadplan.py's. Returns the build's peak (as ``reset_peak`` does)."""
     op = tracker.ops.setdefault(LOAD_OP, len(tracker.ops))
+    tracker.renumber_live()
     tracker.events = [(1, serial, nbytes, -1, 0, op, 0) for serial, nbytes, *_ in sorted(tracker.live.values())
                       if nbytes > 0]  # the shards, on the default stream
     tracker.dropped_events = 0

@@ -9,16 +9,19 @@ figures extended, and verified exact (bench/worker/sim/layers.py runs the three 
   with blocks inserted, each a repeat of the events just before it (a layer's, or a layer's
   part, in each stretch of the step that walks the layers); the L trace is the k trace with
   each block inserted L - k times, read back into serials.
-- every other measured figure (the record fields of the step, the phases' breakdowns, FLOPs,
-  the step cost counter's tallies, the paged optimizer state, the trace's own counts) must be
-  linear in the layer count across k, k + 1, k + 2, or the same in all three, and is
-  extrapolated to L; ``trainable_fraction`` is recomputed from the extrapolated counts, as
-  bench/worker/proofs.py computes it.
+- the peaks (overall, per phase, per step, and the categories at each) are the extended trace's,
+  recomputed by the tracker's rules (``trace_peaks``, held equal to the tracker's in all three
+  simulations): a peak that moves as layers are added is found where the L-layer trace has it;
+- every other measured figure (the record fields of the step, FLOPs, the step cost counter's
+  tallies, the paged optimizer state, the trace's own counts) must be linear in the layer count
+  across k, k + 1, k + 2, or the same in all three, and is extrapolated to L;
+  ``trainable_fraction`` is recomputed from the extrapolated counts, as bench/worker/proofs.py
+  computes it.
 
 Verified, or ``NotExact``: the extension from (k, k + 1) must give the k + 2 simulation's
 trace event for event, and the peaks (overall, per phase, per step, the build's) and the
 categories at them, recomputed from a trace by the tracker's rules (``trace_peaks``), must
-equal the tracker's in all three simulations and equal the extrapolated figures at L.
+equal the tracker's in all three simulations; the build's must equal its extrapolation at L.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ class NotExact(Exception):
 
 # -- the extension -------------------------------------------------------------------------
 EXCLUDED = ("load_host_peak_rss_bytes", "host_peak_rss_bytes")  # the worker's RSS: context (bench/records/identical.py)
+PEAKS = ("peak_bytes", "breakdown_bytes", "phase_peak_bytes", "step_peak_bytes")  # read off the extended trace
 
 
 def extend(spec: dict, parts: list[dict], more: int, cuda_model: bool):
@@ -50,14 +54,20 @@ def extend(spec: dict, parts: list[dict], more: int, cuda_model: bool):
             raise NotExact("trainable_fraction is not params_trainable / params_total")
         out["details"] = details
         outs.append(out)
-        check_peaks(p["trace"], rounding, p["reset_allocs"], out, p["phases"], "the tracker's")
-    out = linear(*outs, more, "out")
+        check_peaks(p["trace"], rounding, p["reset_allocs"], out, p["phases"], "the tracker's", not p["per_rank"])
+    # the peaks: the extended trace's, by the tracker's rules (held equal to the tracker's in all three above); a
+    # peak that moves as layers are added (activations outgrowing a gather, say) is where the L-layer trace has it
+    lin = linear(*({k: v for k, v in o.items() if k not in PEAKS} for o in outs), more, "out")
+    reset_allocs = linear(a["reset_allocs"], b["reset_allocs"], c["reset_allocs"], more, "reset_allocs")
+    got = trace_peaks(trace, rounding, reset_allocs)
+    out = {k: got[k] if k in PEAKS else lin[k] for k in outs[0]}
+    if not a["per_rank"] and got["build_peak_bytes"] != out["details"]["build_peak_bytes"]:
+        raise NotExact(f"build_peak_bytes from the trace {got['build_peak_bytes']} is not the extrapolated "
+                       f"{out['details']['build_peak_bytes']}")
     out["details"]["trainable_fraction"] = out["params_trainable"] / max(1, out["params_total"])
     out["load_host_peak_rss_bytes"] = max(p["out"].get("load_host_peak_rss_bytes") or 0 for p in parts)
     out["host_peak_rss_bytes"] = None  # finish sets it
-    phases = linear(a["phases"], b["phases"], c["phases"], more, "phases")
-    reset_allocs = linear(a["reset_allocs"], b["reset_allocs"], c["reset_allocs"], more, "reset_allocs")
-    check_peaks(trace, rounding, reset_allocs, out, phases, "the extrapolated")
+    phases = got["phases"]
     cost = stepcost.StepCost(spec["knobs"], None)
     if cost.compile:
         raise NotExact("compile's fused byte counts")
@@ -66,7 +76,26 @@ def extend(spec: dict, parts: list[dict], more: int, cuda_model: bool):
     flops = linear(a["flops"], b["flops"], c["flops"], more, "flops")
     paged = linear(a["paged"], b["paged"], c["paged"], more, "paged state")
     return measure.Measured(out, phases, flops, _Traced(trace, rounding), cost, paged, cuda_model,
-                             rss=max(p["rss"] for p in parts))
+                            rss=max(p["rss"] for p in parts), facts=extend_facts(a["facts"], b["facts"], c["facts"], more))
+
+
+def extend_facts(a: dict, b: dict, c: dict, more: int) -> dict:
+    """The model's facts (bench/worker/sim/measure.py ``model_facts``) with ``more`` layers beyond
+    ``a``'s: its gather units are the input embedding, one unit per decoder layer, all alike, and the
+    rest, so each part's layer units must be one unit repeated, the same in all three, and the ends
+    the same; the largest weight the same; every other figure linear. NotExact otherwise."""
+    a, b, c = dict(a), dict(b), dict(c)
+    units = [x.pop("units") for x in (a, b, c)]
+    first, layer, last = units[0][0], units[0][1] if len(units[0]) > 2 else None, units[0][-1]
+    for i, u in enumerate(units):
+        if len(u) != len(units[0]) + i or u[0] != first or u[-1] != last or any(x != layer for x in u[1:-1]):
+            raise NotExact(f"model units: {len(u) - 2} layers are not {len(units[0]) - 2 + i} alike units")
+    for key in ("largest_param_bytes",):
+        if not a[key] == b[key] == c[key]:
+            raise NotExact(f"model {key}: {a[key]}, {b[key]}, {c[key]} differ")
+    out = linear(a, b, c, more, "model facts")
+    out["units"] = [first, *[layer] * (len(units[0]) - 2 + more), last]
+    return out
 
 
 class _Traced:
@@ -116,14 +145,19 @@ def extend_trace(a: dict, b: dict, c: dict, more: int) -> dict:
     if raw > MAX_TRACE_EVENTS:
         raise NotExact("the full trace would be truncated")
     ea, eb, ec = encode(ta), encode(tb), encode(tc)
+    # the serials before the trace (a rank's build, before its shards are placed) grow with the layers, and so
+    # do those of its shards held on the host (fsdp-offload), between the shards placed and the step
+    start = linear(first_serial(ta), first_serial(tb), first_serial(tc), more, "trace first serial")
+    jump = linear(load_gap(ta), load_gap(tb), load_gap(tc), more, "trace serials after the shards")
     blocks = insertions(ea, eb)
     if blocks is None:
         raise NotExact("the k + 1 trace is not the k trace with repeated blocks inserted")
     if pump(ea, blocks, 2) != ec:
         raise NotExact("the trace extended by 2 layers is not the k + 2 trace")
-    if decode(ec, tc["categories"]) != {k: tc["columns"].get(k, [0] * len(tc["columns"]["kind"])) for k in COLUMNS}:
+    if decode(ec, tc["categories"], first_serial(tc), load_gap(tc)) != {
+            k: tc["columns"].get(k, [0] * len(tc["columns"]["kind"])) for k in COLUMNS}:
         raise NotExact("the trace does not read back")
-    out = dict(ta, columns=decode(pump(ea, blocks, more), ta["categories"]))
+    out = dict(ta, columns=decode(pump(ea, blocks, more), ta["categories"], start, jump))
     out["reset_at"] = linear(ta["reset_at"], tb["reset_at"], tc["reset_at"], more, "trace reset_at")
     return out
 
@@ -131,46 +165,118 @@ def extend_trace(a: dict, b: dict, c: dict, more: int) -> dict:
 COLUMNS = ("kind", "serial", "bytes", "step", "phase", "op", "category", "stream")
 
 
+def first_serial(trace: dict) -> int:
+    """The serial of the trace's first allocation (1 where it has none)."""
+    col = trace["columns"]
+    return next((s for k, s in zip(col["kind"], col["serial"]) if k), 1)
+
+
+def _after_load(trace: dict) -> int | None:
+    """The index of the first allocation after a rank's shards placed at load (bench/worker/onerank.py
+    ``start_from_shards``), or None (no such block)."""
+    from bench.worker.onerank import LOAD_OP
+    ops, col = trace.get("ops", []), trace["columns"]
+    if LOAD_OP not in ops:
+        return None
+    load, seen = ops.index(LOAD_OP), False
+    for i, (k, o) in enumerate(zip(col["kind"], col["op"])):
+        if k and o == load:
+            seen = True
+        elif k and seen:
+            return i
+    return None
+
+
+def load_gap(trace: dict) -> int:
+    """Serials between the last shard placed at load and the allocation after it (0: no such block): the
+    shards an offloading rank holds on the host took serials there, a number that grows with the layers."""
+    i = _after_load(trace)
+    if i is None:
+        return 0
+    col = trace["columns"]
+    last = max(s for k, s in zip(col["kind"][:i], col["serial"][:i]) if k)
+    return col["serial"][i] - last
+
+
 def encode(trace: dict) -> list[tuple]:
-    """The trace's events without serials (see the module docstring); NotExact if a serial is
-    allocated twice (an in-place resize)."""
+    """The trace's events without serials (see the module docstring). A storage resized in place
+    (FSDP2 refills its all-gather buffers: bench/worker/memresize.py) allocates a serial freed
+    before: that event names which by the signature it was freed with and its serial's distance
+    from the last serial refilled of that signature (FSDP2 refills a unit's buffers in order, unit
+    after unit, so the distance repeats with the layers where a rank among the freed would not), or
+    from the newest serial (the first refill as backward turns back: the last unit's buffers, born
+    just before the step's end) or from the last serial before the steps (the root unit's, born
+    first in the first step), whichever is nearest.
+    NotExact for a free of nothing live, or a serial allocated while live."""
     col = dict(trace["columns"])
     col.setdefault("stream", [0] * len(col["kind"]))  # a trace of before streams: all on the default one
     kind, serial, nbytes, step, phase, op, cat, stream = (col[k] for k in COLUMNS)
     live: dict = {}     # (bytes, op, category, stream) -> live serials, oldest first
     what: dict = {}     # serial -> its (bytes, op, category, stream)
-    top, out = 0, []
+    freed: dict = {}    # a freed serial -> the signature it was freed with
+    refilled: dict = {}  # signature at its free -> the serial last allocated again
+    top, out = first_serial(trace) - 1, []  # gaps from the first allocation's serial (``decode`` is given it)
+    after_load = _after_load(trace)  # its gap is ``load_gap``'s, given to ``decode``: written 0 here
+    origin, anchor = top, None
     for i in range(len(kind)):
         s = serial[i]
         if kind[i]:
-            if s <= top:
-                raise NotExact(f"serial {s} allocated again (an in-place resize)")
             sig = (nbytes[i], op[i], cat[i], stream[i])
-            out.append((1, s - top, nbytes[i], step[i], phase[i], op[i], cat[i], stream[i]))
-            top = s
+            if s <= top:
+                if s in what or s not in freed:
+                    raise NotExact(f"serial {s} allocated again while live")
+                old = freed.pop(s)
+                ref = min((abs(d), mode, d) for mode, d in enumerate((s - refilled.get(old, origin), top - s,
+                                                                          s - (origin if anchor is None else anchor))))
+                ref = ref[1:]
+                out.append((2, old, ref, nbytes[i], step[i], phase[i], op[i], cat[i], stream[i]))
+                refilled[old] = s
+            else:
+                out.append((1, 0 if i == after_load else s - top, nbytes[i], step[i], phase[i], op[i], cat[i],
+                            stream[i]))
+                if step[i] >= 0 and anchor is None:
+                    anchor = top  # the last serial before the steps
+                top = s
             live.setdefault(sig, []).append(s)
             what[s] = sig
         else:
-            sig = what.pop(s)
+            sig = what.pop(s, None)
+            if sig is None:
+                raise NotExact(f"a free of serial {s}, not live")
             stack = live[sig]
             oldest = stack.index(s)
             newest = len(stack) - 1 - oldest
             stack.pop(oldest)
             out.append((0, step[i], phase[i], sig, -1 if oldest == 0 < newest else newest))
+            freed[s] = sig
     return out
 
 
-def decode(events: list[tuple], categories) -> dict:
-    """Columns of encoded events (``encode``'s inverse)."""
+def decode(events: list[tuple], categories, first: int = 1, load_gap: int = 0) -> dict:
+    """Columns of encoded events (``encode``'s inverse), the first allocation's serial ``first``, the
+    gap after a rank's shards placed at load ``load_gap`` (written 0)."""
     cols = {k: [] for k in COLUMNS}
     kind, serial, nbytes, step, phase, op, cat, stream = cols.values()
     live: dict = {}
-    top = 0
+    freed: dict = {}     # a freed serial -> the signature it was freed with
+    refilled: dict = {}
+    top = origin = first - 1
+    anchor = None
     for ev in events:
-        if ev[0]:
+        if ev[0] == 1:
             _, gap, n, st, ph, o, ca, sm = ev
-            top += gap
+            if st >= 0 and anchor is None:
+                anchor = top
+            top += gap or load_gap
             s = top
+            live.setdefault((n, o, ca, sm), []).append(s)
+        elif ev[0] == 2:  # a freed serial allocated again (an in-place resize)
+            _, old, (mode, distance), n, st, ph, o, ca, sm = ev
+            s = (refilled.get(old, origin) + distance, top - distance,
+                 (origin if anchor is None else anchor) + distance)[mode]
+            if freed.pop(s, None) != old:
+                raise NotExact("a refill of nothing freed")
+            refilled[old] = s
             live.setdefault((n, o, ca, sm), []).append(s)
         else:
             _, st, ph, sig, rank = ev
@@ -179,8 +285,9 @@ def decode(events: list[tuple], categories) -> dict:
             if not stack or not 0 <= index < len(stack):
                 raise NotExact("a free of nothing live")
             s = stack.pop(index)
+            freed[s] = sig
             n, o, ca, sm = 0, 0, sig[2], sig[3]
-        kind.append(ev[0])
+        kind.append(1 if ev[0] else 0)
         serial.append(s)
         nbytes.append(n)
         step.append(st)
@@ -301,11 +408,17 @@ def trace_peaks(trace: dict, rounding, reset_allocs: int) -> dict:
             "step_peak_bytes": steps, "build_peak_bytes": build}
 
 
-def check_peaks(trace: dict, rounding, reset_allocs: int, out: dict, phases: dict, whose: str) -> None:
+def check_peaks(trace: dict, rounding, reset_allocs: int, out: dict, phases: dict, whose: str,
+                build: bool = True) -> None:
+    """The peaks recomputed from ``trace`` must be the record's; ``build``: the build's too (a rank's
+    trace starts from its shards: the whole model built before them is not in it, and its build
+    peak is held linear with the rest of the record instead)."""
     got = trace_peaks(trace, rounding, reset_allocs)
     want = {"peak_bytes": out["peak_bytes"], "breakdown_bytes": out["breakdown_bytes"],
             "phase_peak_bytes": out["phase_peak_bytes"], "phases": phases,
-            "step_peak_bytes": out["step_peak_bytes"], "build_peak_bytes": out["details"]["build_peak_bytes"]}
+            "step_peak_bytes": out["step_peak_bytes"]}
+    if build:
+        want["build_peak_bytes"] = out["details"]["build_peak_bytes"]
     for key, value in want.items():
         if got[key] != value:
             raise NotExact(f"{key} from the trace {got[key]} is not {whose} {value}")

@@ -15,7 +15,9 @@ nothing is allocated. What it has to add, each for a stated reason:
   which would change the attention kernel (and GQA's repeat_kv) and its memory. The decision
   is taken on the real batch instead: all ones, dropped, as in a real run.
 - bitsandbytes builds its 8-bit quantization maps from values (``create_dynamic_map``): built
-  for real, they are 1 KiB constants as in a real run.
+  for real, they are 1 KiB constants as in a real run, built for each run before its tracker
+  starts (bitsandbytes' cache of them swapped for one holding them), as a real load builds them
+  with its checkpoint: a record does not depend on what this process ran before.
 - QLoRA loads through ``from_pretrained`` + bitsandbytes, which needs a checkpoint on disk and
   a real ``Params4bit``; ``qlora_base`` below builds the same modules from the random-init
   model instead: bitsandbytes' own ``quantize_4bit`` (its fake kernels give the packed uint8
@@ -128,6 +130,10 @@ class FakeRun:
         if self.knobs["optimizer"] in BNB_OPTIMIZERS or self.knobs["adapter"] == "qlora":
             import bitsandbytes.functional as bnbf
             s.enter_context(swapped(bnbf, "create_dynamic_map", real(bnbf.create_dynamic_map)))
+            # its cache of that map, made for each run before the tracker starts: a real load builds it with the
+            # checkpoint, before its count (tests/test_sim_fidelity.py), and a record may not depend on whether this
+            # process quantized before (a per-rank cell's step ran after its single-process step, and found it built)
+            s.enter_context(swapped(bnbf, "name2qmap", {"dynamic": real(bnbf.create_dynamic_map)()}))
         if self.mesh is not None and self.knobs["adapter"] == "qlora":
             import bitsandbytes.nn.modules as bnbm
             s.enter_context(swapped(bnbm, "fix_4bit_weight_quant_state_from_module", _quant_state_back))

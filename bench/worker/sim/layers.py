@@ -14,8 +14,11 @@ Verified, or not used: the extension must give the k + 2 simulation's trace even
 and the tracker's peaks at k, k + 1, k + 2 and L (a peak that moves to another place as
 layers are added is caught here, not extrapolated). Where k = 2 does not verify, k = 4 is
 tried once (a peak still moving between 2 and 4 layers has mostly settled by 4). Any
-difference, and any cell outside what this covers (ZeRO/FSDP, compile, a model whose layers
-are not all alike: ``eligible``), runs the full step instead; the worker log says which and why.
+difference, and any cell outside what this covers (ZeRO partitioned by formula, compile, a model
+whose layers are not all alike: ``eligible``), runs the full step instead; the worker log says which and why.
+A cell sim runs as one rank runs it (FSDP2, bench/worker/sim/rankgroup.py) extends the same way, as do
+the single-process step beside it: each decoder layer is one FSDP unit, so its all-gathers,
+reduce-scatters and prefetches repeat with the layers, and the same verification holds them.
 The record is the same either way (tests/test_sim_layers.py holds extended and full records equal, field for field).
 """
 from __future__ import annotations
@@ -28,6 +31,7 @@ import traceback
 from pathlib import Path
 
 from bench.runner import lifeline
+from bench.spec import techniques
 from bench.worker import train
 from bench.worker.progress import say
 from bench.worker.sim import measure
@@ -43,7 +47,7 @@ def eligible(spec: dict, min_layers: int | None = None) -> str:
     """'' when the cell's step may be extended from fewer layers, else why not."""
     min_layers = MIN_LAYERS if min_layers is None else min_layers
     knobs = spec["knobs"]
-    if knobs["dist"]:
+    if knobs["dist"] and not techniques.traced_per_rank(spec):
         return f"{knobs['dist']}: sharded steps are partitioned from the full step"
     if knobs["compile"]:
         return "compile: compiled layers"
@@ -76,22 +80,26 @@ def _layer_types(path: str) -> set:
     return set(getattr(config, "layer_types", None) or ["(none)"])
 
 
-def extended(spec: dict, cuda_model: bool = True, min_layers: int | None = None, meanwhile=None):
+def extended(spec: dict, cuda_model: bool = True, min_layers: int | None = None, meanwhile=None,
+             per_rank: bool = True):
     """The L-layer step's ``measure.Measured``, built from three small simulations and
     verified; None when the cell is not eligible or the extension does not verify. From 2
     layers first; where that does not verify (a peak that is still moving between 2 and 4
     layers, most often), once more from ``RETRY_BASE``. ``meanwhile``, if given, is called
     once in this process while the first three small simulations run (their forks already
-    started: nothing it does reaches them)."""
+    started: nothing it does reaches them). ``per_rank``: as ``measure.measure``'s (a cell sim runs as
+    one rank runs it: False for the single-process step beside it)."""
     why = eligible(spec, min_layers)
     if why:
         say(f"layers: full step ({why})")
         return None
     layers = json.loads(Path(spec["model_config"]).read_text())["num_hidden_layers"]
-    for base in (BASE, RETRY_BASE):
+    # a rank's step from 4 layers at once: at 2 its last unit's buffers are nearer the step's start than its end,
+    # and the extension does not verify (bench/worker/sim/extension.py ``encode``: a refill's nearest serial)
+    for base in (RETRY_BASE,) if per_rank and techniques.traced_per_rank(spec) else (BASE, RETRY_BASE):
         if base + 2 >= layers:
             break
-        m, why = _from(spec, base, layers, cuda_model, meanwhile)
+        m, why = _from(spec, base, layers, cuda_model, meanwhile, per_rank)
         meanwhile = None
         if m is not None:
             say(f"layers: {layers} layers extended from {base}, {base + 1} (verified exact at {base + 2})")
@@ -103,7 +111,7 @@ def extended(spec: dict, cuda_model: bool = True, min_layers: int | None = None,
     return None
 
 
-def _from(spec: dict, base: int, layers: int, cuda_model: bool, meanwhile=None):
+def _from(spec: dict, base: int, layers: int, cuda_model: bool, meanwhile=None, per_rank: bool = True):
     """(Measured, '') of the L-layer step from ``base``, ``base`` + 1 and ``base`` + 2 layers, or
     (None, why not)."""
     counts = (base, base + 1, base + 2)
@@ -114,7 +122,7 @@ def _from(spec: dict, base: int, layers: int, cuda_model: bool, meanwhile=None):
             return None, f"layer types {kinds}"
         say(f"layers: simulating {', '.join(map(str, counts))} of {layers} layers")
         parts = _in_forks([(dict(spec, model_config=paths[n]), Path(tmp, f"part{n}.pickle")) for n in counts],
-                          cuda_model, meanwhile)
+                          cuda_model, meanwhile, per_rank)
         if any(p is None for p in parts):
             return None, "a small simulation failed"
     try:
@@ -123,7 +131,7 @@ def _from(spec: dict, base: int, layers: int, cuda_model: bool, meanwhile=None):
         return None, f"extension not exact: {exc}"
 
 
-def _in_forks(jobs: list, cuda_model: bool, meanwhile=None) -> list:
+def _in_forks(jobs: list, cuda_model: bool, meanwhile=None, per_rank: bool = True) -> list:
     """``measured_part`` of each (spec, path) in ``jobs``, each simulated in its own fork of
     this process (the state a fresh run of the cell starts from), all at once (three steps of
     2, 3 and 4 layers share two cores sooner than two then one: the longest no longer waits for
@@ -139,7 +147,7 @@ def _in_forks(jobs: list, cuda_model: bool, meanwhile=None) -> list:
                 code = 1
                 try:
                     lifeline.die_with_parent()  # a cell killed at its limit takes these with it
-                    part = measured_part(spec, cuda_model)
+                    part = measured_part(spec, cuda_model, per_rank)
                     with open(path, "wb") as fh:
                         pickle.dump(part, fh)
                     code = 0
@@ -169,7 +177,7 @@ def _reap(running: dict, parts: list) -> None:
             parts[index] = pickle.load(fh)
 
 
-def measured_part(spec: dict, cuda_model: bool) -> dict:
+def measured_part(spec: dict, cuda_model: bool, per_rank: bool = True) -> dict:
     """What the extension reads from one small simulation (plain data: it crosses a fork)."""
     import gc
 
@@ -178,12 +186,13 @@ def measured_part(spec: dict, cuda_model: bool) -> dict:
     # collection that re-enabling starts walks every object the step made (~4% of a part)
     gc.collect()
     gc.disable()
-    m = measure.measure(spec, cuda_model)
+    m = measure.measure(spec, cuda_model, per_rank)
     t = m.tracker
     return {"out": m.out, "phases": m.phases, "flops": m.flops, "paged": m.paged, "cost": cost_state(m.cost),
             "trace": t.trace(spec["knobs"]["alloc_conf"]), "raw_events": len(t.events) + t.dropped_events,
             "reset_allocs": sum(1 for ev in t.events[:t.trace_reset_at] if ev[0]),
-            "rss": train.host_peak_rss()}
+            "rss": train.host_peak_rss(), "facts": m.facts,
+            "per_rank": per_rank and techniques.traced_per_rank(spec)}
 
 
 COST_FIELDS = ("flops_by_dtype", "ops", "memory", "bytes_moved", "nf4", "recompute_flops", "pcie", "tokens")

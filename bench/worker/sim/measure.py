@@ -30,11 +30,32 @@ class Measured:
     """What the simulated step gives ``finish``: the step's record fields (``out``, times
     dropped), the phases' breakdowns, FLOPs, the tracker (its trace and rounding), the step
     cost counter, the paged optimizer state, the session (None when the step was extended
-    from fewer layers: bench/worker/sim/layers.py), and the host's peak RSS."""
+    from fewer layers: bench/worker/sim/layers.py), the host's peak RSS, and the model's ``facts``
+    (``model_facts``: what a sharded record reads off the built model, extended with the layers
+    where the step was)."""
 
-    def __init__(self, out, phases, flops, tracker, cost, paged, cuda_model: bool, session=None, rss=None):
+    def __init__(self, out, phases, flops, tracker, cost, paged, cuda_model: bool, session=None, rss=None,
+                 facts=None):
         self.out, self.phases, self.flops, self.tracker = out, phases, flops, tracker
         self.cost, self.paged, self.cuda_model, self.session, self.rss = cost, paged, cuda_model, session, rss
+        self.facts = facts
+
+
+def model_facts(model, rounding) -> dict:
+    """What a sharded cell's record reads off the built model (plain data: it crosses a fork):
+    ``units`` (parameter and gradient bytes per gather unit, bench/worker/sim/sharding.py
+    ``unit_bytes``: a DTensor's numel is the whole weight's), ``largest_param_bytes``,
+    ``quant_state_bytes`` (bitsandbytes' state, replicated on every rank), ``weights_bytes`` and
+    ``trainable_bytes`` (every weight, the trainable ones: what the collectives move)."""
+    from bench.worker import dist as dist_mod
+    from bench.worker.sim import sharding
+    params = list(model.parameters())
+    nbytes = [p.numel() * p.element_size() for p in params]
+    return {"units": [list(u) for u in sharding.unit_bytes(model, rounding)],
+            "largest_param_bytes": max(nbytes, default=0),
+            "quant_state_bytes": dist_mod.quant_state_bytes(model, rounding),
+            "weights_bytes": sum(nbytes),
+            "trainable_bytes": sum(n for n, p in zip(nbytes, params) if p.requires_grad)}
 
 
 def measure(spec: dict, cuda_model: bool = True, per_rank: bool = True) -> Measured:
@@ -47,8 +68,11 @@ def measure(spec: dict, cuda_model: bool = True, per_rank: bool = True) -> Measu
     out.update(step_s_median=None, tokens_per_s=None)
     out["details"].pop("timed_s", None)  # fake time, and the load beside it
     out["details"].pop("timing_load", None)
+    if run_spec is spec and rankgroup.traced(spec):  # the whole model sim built before the rank's shards: not
+        out["details"]["build_peak_bytes"] = None   # what a launched rank holds (its load: details.load_phase)
     paged = paged_state_bytes(fake.session, spec["knobs"], tracker.rounding)
-    return Measured(out, phases, fake.flops, tracker, fake.cost, paged, cuda_model, fake.session)
+    return Measured(out, phases, fake.flops, tracker, fake.cost, paged, cuda_model, fake.session,
+                    facts=model_facts(fake.session.model, tracker.rounding))
 
 
 def paged_state_bytes(session, knobs: dict, rounding) -> int:

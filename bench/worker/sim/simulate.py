@@ -103,10 +103,14 @@ def run(spec: dict, cuda_model: bool = True) -> dict:
     (bench/worker/sim/layers.py); anything else, and any extension that does not verify,
     runs the full step."""
     from bench.worker.sim import layers
-    if rankgroup.traced(spec):  # one rank's own program, and the single process beside it as a cross-check
-        single = measure(spec, cuda_model, per_rank=False) if spec.get("cross_check", True) else None
-        return per_rank(spec, measure(spec, cuda_model), single, peers.gather(spec))
     gathered: dict = {}
+    if rankgroup.traced(spec):  # one rank's own program, and the single process beside it as a cross-check
+        single = None
+        if spec.get("cross_check", True):
+            single = layers.extended(spec, cuda_model, per_rank=False) or measure(spec, cuda_model, per_rank=False)
+        m = layers.extended(spec, cuda_model, meanwhile=lambda: gathered.update(peers.gather(spec)))
+        return per_rank(spec, m if m is not None else measure(spec, cuda_model), single,
+                        gathered or peers.gather(spec))
     # the peers read the config only: they run here while the small steps run in their forks
     m = layers.extended(spec, cuda_model, meanwhile=lambda: gathered.update(peers.gather(spec)))
     return finish(spec, m if m is not None else measure(spec, cuda_model), gathered or None)
@@ -130,8 +134,7 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
         n, dist = spec["world_size"], spec["knobs"]["dist"]
         details["unpartitioned"] = {k: out[k] for k in ("peak_bytes", "breakdown_bytes", "phase_peak_bytes",
                                                         "step_peak_bytes")}
-        units = sharding.unit_bytes(m.session.model, tracker.rounding)
-        whole = dist_mod.quant_state_bytes(m.session.model, tracker.rounding)
+        units, whole = m.facts["units"], m.facts["quant_state_bytes"]
         layout = _zero_layout(m, spec, tracker.rounding)
         if layout:
             details["zero_layout"] = layout
@@ -161,7 +164,7 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
         model["per_rank_estimate"] = ("modelled_reserved_peak_bytes = partitioned peak + this single-process "
                                       "replay's fragmentation at its peak; the figures here are the single process's")
         details["verdict_rule"] = verdicts.ESTIMATE_RULE
-        details["load_phase"] = multi_process_load(m.session.model, spec, model, profiles, units, out)
+        details["load_phase"] = multi_process_load(m.facts, spec, model, profiles, out)
         outside = nccl_details(spec, details)
         out["verdicts"] = verdicts.after_load(verdicts.from_estimate(reserved, out["peak_bytes"], profiles, outside),
                                               details["load_phase"]["verdicts"])
@@ -199,7 +202,7 @@ def _costs(spec: dict, m: Measured, out: dict, states: dict, gathered_peers: dic
         details["paged_state_bytes"] = m.paged
     if spec.get("published"):
         details["published"] = published(spec["published"], out["peak_bytes"], m.paged)
-    cost = details["step_cost"] = m.cost.record(spec, m.session)
+    cost = details["step_cost"] = m.cost.record(spec, m.facts)
     pages = details.get("paging", {})
     details["speed_model"] = {gpu: speedmodel.estimate(cost, profile, spec["knobs"],
                                                        pages.get(gpu, {}).get("paged_out_bytes", 0))
@@ -218,13 +221,14 @@ def per_rank(spec: dict, m: Measured, single: Measured | None, gathered_peers: d
     details = out["details"]
     out.update(flops_per_step=m.flops)
     details.update(simulated=CUDA_MODEL if m.cuda_model else "cpu kernels, exact bytes", phase_breakdown_bytes=phases,
-                   rank_program={"how": rankgroup.HOW, "rank": 0, "world_size": n, "engine": dist},
+                   rank_program={"how": rankgroup.HOW, "rank": 0, "world_size": n, "engine": dist,
+                                 "build": "no build peak: sim builds the whole model before the rank's shards, "
+                                          "which a launched rank never holds (its load: details.load_phase)"},
                    zero_partitioning=f"per rank: {rankgroup.HOW}; the formula beside it in details.formula_cross_check",
                    zero_peak_phase=max(out["phase_peak_bytes"], key=out["phase_peak_bytes"].get))
-    units = sharding.unit_bytes(m.session.model, tracker.rounding)  # a DTensor's numel is the whole weight's
+    units = m.facts["units"]  # a DTensor's numel is the whole weight's
     if single is not None:
-        formula = sharding.partition(single.phases, dist, n, units,
-                                     dist_mod.quant_state_bytes(single.session.model, single.tracker.rounding))
+        formula = sharding.partition(single.phases, dist, n, units, single.facts["quant_state_bytes"])
         details["formula_cross_check"] = {
             "how": f"{sharding.LABEL}: {dist} at world size {n}", "peak_bytes": formula["peak_bytes"],
             "breakdown_bytes": formula["breakdown_bytes"], "peak_phase": formula["peak_phase"],
@@ -238,7 +242,7 @@ def per_rank(spec: dict, m: Measured, single: Measured | None, gathered_peers: d
     model["per_rank"] = "the trace replayed is rank 0's own step, from its shards placed at load"
     details["verdict_rule"] = verdicts.RULE + "; the trace is rank 0's own step (FSDP2 over a fake process group" + (
         ", its shards, gradients and optimizer step on the host)" if dist == "fsdp-offload" else ")")
-    details["load_phase"] = multi_process_load(m.session.model, spec, model, profiles, units, out)
+    details["load_phase"] = multi_process_load(m.facts, spec, model, profiles, out)
     out["verdicts"] = verdicts.after_load(verdicts.from_replay(model, profiles, outside),
                                           details["load_phase"]["verdicts"])
     for gpu, v in details["load_phase"]["verdicts"].items():
@@ -289,14 +293,15 @@ def checkpoint(spec: dict, params_total: int) -> dict:
     return {"checkpoint_bytes": stored, "largest_shard_bytes": loadplan.largest_shard(stored)}
 
 
-def multi_process_load(model, spec: dict, replayed: dict, profiles: dict, units: list, out: dict) -> dict:
+def multi_process_load(facts: dict, spec: dict, replayed: dict, profiles: dict, out: dict) -> dict:
     """The load phase of a ZeRO/FSDP cell per rank (bench/estimate/loadplan.py): every placement's bytes
     and verdicts at the cell's world size, and the one the cell's engine uses as launched by
     accelerate and the HF Trainer (``ENGINE_PLACEMENT``: zero.Init for ZeRO-3, CPU-RAM-efficient
     loading for FSDP; ZeRO-1/2 keep the whole model on every rank anyway)."""
     from bench.estimate import loadplan
+    units = facts["units"]  # the model's (bench/worker/sim/measure.py ``model_facts``)
     weights = sum(pb for pb, _ in units)
-    largest = max((p.numel() * p.element_size() for p in model.parameters()), default=0)
+    largest = facts["largest_param_bytes"]
     unit = max((pb for pb, _ in units[1:-1]), default=0)  # one decoder layer
     n, dist = spec["world_size"], spec["knobs"]["dist"]
     stored = checkpoint(spec, out["params_total"])["checkpoint_bytes"]  # rank 0 / every rank holds it whole

@@ -165,8 +165,8 @@ class StepCost:
             nbytes += _nbytes(t)
         return nbytes
 
-    def record(self, spec: dict, session) -> dict:
-        comm, offload = communication(spec, session)
+    def record(self, spec: dict, facts: dict | None) -> dict:
+        comm, offload = communication(spec, facts)
         return {
             "flops_by_dtype": dict(sorted(self.flops_by_dtype.items())),
             "bytes_moved": self.bytes_moved + self.nf4,
@@ -218,15 +218,13 @@ def _gemm_4bit_dequant(args, outs) -> tuple[int, int]:
     return read + weight, weight
 
 
-def communication(spec: dict, session) -> tuple[int, int]:
-    """(collective bytes per rank per step, offload PCIe bytes per rank per step): COMM_RULE."""
+def communication(spec: dict, facts: dict | None) -> tuple[int, int]:
+    """(collective bytes per rank per step, offload PCIe bytes per rank per step): COMM_RULE, from the
+    model's ``facts`` (bench/worker/sim/measure.py ``model_facts``)."""
     dist, n = spec["knobs"]["dist"], spec["world_size"]
-    if not dist or session is None:
+    if not dist or facts is None:
         return 0, 0
-    params = [p for p in session.model.parameters()]
-    weights = sum(_nbytes(p) for p in params)
-    trainable = [p for p in params if p.requires_grad]
-    train_w = sum(_nbytes(p) for p in trainable)
+    weights, train_w = facts["weights_bytes"], facts["trainable_bytes"]
     grads = train_w  # gradients in the weights' dtype (DeepSpeed's bf16 engine, FSDP2's default)
     ring = (n - 1) / n
     accum = spec["knobs"].get("accum") or 1
