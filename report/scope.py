@@ -31,8 +31,8 @@ def section(df: pd.DataFrame, fits: pd.DataFrame | None = None) -> dict:
                      "GPU, and another card or driver may hold more.")
     if _any(df, lambda r: knobs(r).get("dist")):
         items.append("DeepSpeed's communication streams' own allocator pools and its all-gather and prefetch buckets "
-                     "of multi-GPU cells (FSDP2's streams are in: each rank's own traced step, replayed with a pool per "
-                     "stream, within 1% of one rank's reserved memory on an H100); ZeRO and FSDP offload are "
+                     "of multi-GPU cells (FSDP2's streams are in: each rank's own traced step, with or without CPU offload, "
+                     "replayed with a pool per stream, within 1% of one rank's reserved memory on an H100); ZeRO is "
                      "worked out by formula (marked 'analytic': it agrees with real DeepSpeed ZeRO-1/2/3 on a tiny "
                      "model at 1, 2 and 4 ranks, unchecked at 7-70B scale). NCCL's device buffers are in the need, "
                      "modelled from NCCL's defaults for the world size and the card's interconnect (76 MiB to about "
