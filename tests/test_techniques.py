@@ -164,6 +164,9 @@ def test_storage_resized_in_place_is_followed():
         x.untyped_storage().resize_(8000)         # ... and refills them
         assert t.total == 8000 and t.peak == 8000
     assert "resize_" not in vars(torch.UntypedStorage)  # the wrapper is gone afterwards
+    # the trace: born, freed at 0, born again under the same serial; no free of the emptied storage
+    serial = t.events[0][1]
+    assert [(ev[0], ev[1]) for ev in t.events] == [(1, serial), (0, serial), (1, serial)]
 
 
 def test_meta_tensors_hold_no_memory():
