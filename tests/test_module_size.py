@@ -6,9 +6,12 @@ a layer and how it is measured); split by what the code does, not by line count.
 from tests.helpers import REPO
 
 LIMIT = 350
-# modules allowed over the limit while a split is under way (none now: the technique catalogue
-# and the CLI have been split); add a name only with the issue that splits it
-KNOWN_OVER: set[str] = set()
+# modules allowed over the limit while a split is under way; add a name only with the issue that splits it.
+# Issue 42 (the typed core) splits these two at the next engine rebuild: the trace's serial-free encoding out of
+# the layer extension (bench/worker/sim/extension.py, 424 lines since per-rank steps extend), the tracker's host
+# and renumbering bookkeeping out of bench/worker/memtrack.py (360). Any edit to an engine file makes every
+# reference record stale, so the split waits for a rebuild rather than be made after one.
+KNOWN_OVER: set[str] = {"bench/worker/sim/extension.py", "bench/worker/memtrack.py"}
 
 
 def sizes() -> dict[str, int]:
