@@ -70,13 +70,16 @@ class Unanswerable(ValueError):
 
 def count_params(cfg: dict) -> int:
     """Parameters of a decoder-only transformer from its config.json (llama, qwen2, qwen3, mixtral,
-    qwen3_moe): embeddings, attention (with q/k/v biases for qwen2, q/k norms for qwen3), dense or
-    expert MLPs with their router, RMSNorms, and the LM head unless tied."""
+    qwen3_moe; phi, gpt_neox and falcon with their two-matrix MLPs, biases and LayerNorms): embeddings,
+    attention (with q/k/v biases for qwen2, q/k norms for qwen3), dense or expert MLPs with their
+    router, the norms, and the LM head unless tied."""
     h, layers, vocab = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
     heads = cfg["num_attention_heads"]
+    mtype = cfg.get("model_type", "")
+    if mtype in TWO_MATRIX_MLP:
+        return _count_two_matrix(cfg, h, layers, vocab, heads, mtype)
     kv = cfg.get("num_key_value_heads") or heads
     hd = cfg.get("head_dim") or h // heads
-    mtype = cfg.get("model_type", "")
     attn = h * heads * hd + 2 * h * kv * hd + heads * hd * h
     if mtype == "qwen2" or cfg.get("attention_bias"):
         attn += heads * hd + 2 * kv * hd + (h if cfg.get("attention_bias") else 0)
@@ -90,9 +93,45 @@ def count_params(cfg: dict) -> int:
             mlp = experts * 3 * h * (cfg.get("moe_intermediate_size") or cfg["intermediate_size"]) + h * experts
         else:
             mlp = dense
-        total += attn + mlp + 2 * h
-    total += vocab * h + h + (0 if cfg.get("tie_word_embeddings") else vocab * h)
+        total += attn + mlp + NORMS_PER_LAYER.get(mtype, 2) * h
+    tied = cfg.get("tie_word_embeddings", mtype in TIED_BY_DEFAULT)
+    total += vocab * h + h + (0 if tied else vocab * h)
     return total
+
+
+# transformers' config defaults where a config.json leaves them out: Gemma's embeddings are tied, and
+# Gemma 2/3 norm before and after both attention and MLP
+TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3_text", "falcon")
+NORMS_PER_LAYER = {"gemma2": 4, "gemma3_text": 4}
+
+# architectures whose MLP is up and down projections (no gate), with LayerNorms (weight and bias)
+TWO_MATRIX_MLP = ("phi", "gpt_neox", "falcon")
+
+
+def _count_two_matrix(cfg: dict, h: int, layers: int, vocab: int, heads: int, mtype: str) -> int:
+    """phi (biased q/k/v/dense and fc1/fc2, one LayerNorm per layer, a biased LM head), gpt_neox
+    (biased fused QKV, dense and MLP, two LayerNorms) and falcon (unbiased unless ``bias``; the new
+    decoder architecture's two LayerNorms and grouped KV heads, else one LayerNorm and multi-query)."""
+    hd = h // heads
+    if mtype == "falcon":
+        bias = bool(cfg.get("bias"))
+        new = cfg.get("new_decoder_architecture")
+        kv = (cfg.get("num_kv_heads") or heads) if new else (heads if not cfg.get("multi_query", True) else 1)
+        inter = cfg.get("ffn_hidden_size") or 4 * h
+        norms = 2 if new else 1
+        tied = cfg.get("tie_word_embeddings", True)
+    else:
+        bias = True
+        kv = cfg.get("num_key_value_heads") or heads
+        inter = cfg["intermediate_size"]
+        norms = 1 if mtype == "phi" else 2
+        tied = cfg.get("tie_word_embeddings", False)
+    qkv = h * (heads + 2 * kv) * hd + (heads + 2 * kv) * hd * bias
+    attn = qkv + h * h + h * bias
+    mlp = 2 * h * inter + (inter + h) * bias
+    total = layers * (attn + mlp + norms * 2 * h)
+    head = 0 if tied else vocab * h + (vocab if mtype == "phi" else 0)
+    return total + vocab * h + 2 * h + head
 
 
 def model_params(name: str) -> int:

@@ -12,6 +12,7 @@ import os
 import torch
 
 from bench.runner import net
+from bench.worker.decoder import decoder_layers
 
 
 def ensure_rank_env() -> None:
@@ -115,11 +116,10 @@ def wrap_fsdp(model, device, offload: bool = False, mesh=None, param_dtype=None)
         ensure_rank_env()
         backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
         torch.distributed.init_process_group(backend)
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
     # pinned host shards need an accelerator: on a cpu run the shards stay in pageable memory
     policy = CPUOffloadPolicy(pin_memory=torch.device(device).type == "cuda") if offload else OffloadPolicy()
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else MixedPrecisionPolicy()
-    for layer in base.model.layers:
+    for layer in decoder_layers(model):
         fully_shard(layer, offload_policy=policy, mesh=mesh, mp_policy=mp)
     fully_shard(model, offload_policy=policy, mesh=mesh, mp_policy=mp)
     return model

@@ -31,6 +31,8 @@ import itertools
 
 import torch
 
+from bench.worker.decoder import decoder_layers
+
 
 class offload_saved(torch.autograd.graph.saved_tensors_hooks):
     """torchtune's ``OffloadActivations`` (its defaults: ``use_streams=True``,
@@ -179,7 +181,7 @@ def compile_layers(model, backend: str = COMPILE_BACKEND) -> int:
     """torch.compile each decoder layer in place; returns how many were compiled. ``backend``:
     inductor for a real run; sim passes its own (see the module docstring)."""
     route_inductor_allocations()
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    for layer in base.model.layers:
+    layers = decoder_layers(model)
+    for layer in layers:
         layer.compile(backend=backend)
-    return len(base.model.layers)
+    return len(layers)

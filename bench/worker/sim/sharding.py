@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from bench.estimate.partition import (GATHERS, LABEL, OFFLOADED, PARTITIONED, deepspeed_master,  # noqa: F401
                                       live_units, paper_bytes_per_param, partition, rank_moments)
+from bench.worker.decoder import decoder_layers
 
 
 def unit_bytes(model, rounding=lambda n: n, numel: bool = False) -> list[tuple[int, int]]:
     """(parameter bytes, gradient bytes) per gather unit, in forward order: the input embedding,
     each decoder layer, and the rest (final norm, output head). ``numel``: elements instead of bytes."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    layers = list(base.model.layers)
+    layers = list(decoder_layers(base))
     embed = base.get_input_embeddings()
     seen, units = set(), []
 
