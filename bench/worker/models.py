@@ -173,18 +173,28 @@ def quant_storage(knobs: dict) -> torch.dtype:
     return torch.bfloat16 if knobs.get("quant_storage") == "bf16" else torch.uint8
 
 
-def load_qlora_base(spec: dict, config, device) -> torch.nn.Module:
-    """NF4 base weights (bitsandbytes; double quantization unless ``nf4-no-dq``), 16-bit compute: the
-    QLoRA recipe; the other weights as ``kbit_extras_dtype`` says."""
-    knobs = spec["knobs"]
+def qlora_config(knobs: dict) -> transformers.BitsAndBytesConfig:
+    """The QLoRA recipe's quantization, for a real load and for sim's alike: NF4 (double quantization
+    unless ``nf4-no-dq``), bf16 compute (fp16 under amp-fp16), packed in ``quant_storage``."""
     compute = torch.float16 if knobs["precision"] == "amp-fp16" else torch.bfloat16
-    qconfig = transformers.BitsAndBytesConfig(
+    return transformers.BitsAndBytesConfig(
         load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=knobs["double_quant"],
         bnb_4bit_compute_dtype=compute, bnb_4bit_quant_storage=quant_storage(knobs))
+
+
+def kbit_extras(knobs: dict) -> str:
+    """The dtype QLoRA's non-quantized weights load in: bf16 under pure bf16, else ``kbit_extras``."""
+    return "bf16" if knobs["precision"] == "bf16" else knobs["kbit_extras"]
+
+
+def load_qlora_base(spec: dict, config, device) -> torch.nn.Module:
+    """NF4 base weights (``qlora_config``): the QLoRA recipe; the other weights as
+    ``kbit_extras_dtype`` says."""
+    knobs = spec["knobs"]
     load = knobs["load"] if knobs["load"] != "random-init" else "checkpoint"
-    extras = "bf16" if knobs["precision"] == "bf16" else knobs["kbit_extras"]
+    extras = kbit_extras(knobs)
     model = from_checkpoint(spec, config, {**knobs, "precision": extras, "load": load}, device,
-                            quantization_config=qconfig)
+                            quantization_config=qlora_config(knobs))
     return finish_kbit(model, {**knobs, "kbit_extras": extras})
 
 

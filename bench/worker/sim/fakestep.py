@@ -261,15 +261,12 @@ def qlora_base(spec: dict, config, device) -> torch.nn.Module:
     device; what the allocator holds when the step starts is what such a load leaves. Then the
     same finish as a real load (``models.finish_kbit``)."""
     import bitsandbytes as bnb
-    import transformers
     from transformers.integrations.bitsandbytes import replace_with_bnb_linear
     from transformers.quantizers.base import get_keys_to_not_convert
 
-    qconfig = transformers.BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=spec["knobs"]["double_quant"],
-        bnb_4bit_compute_dtype=torch.bfloat16, bnb_4bit_quant_storage=models.quant_storage(spec["knobs"]))
     knobs = spec["knobs"]
-    extras = "bf16" if knobs["precision"] == "bf16" else knobs["kbit_extras"]
+    qconfig = models.qlora_config(knobs)  # the real load's (amp-fp16, its one difference, does not run in sim)
+    extras = models.kbit_extras(knobs)
     # the dtype the real load reads the checkpoint in: the quant state keeps it (dequantization's output)
     with unset_fake_temporarily():  # shapes only, as transformers builds the model before loading
         model = models.random_init(config, {**knobs, "precision": extras}, "meta")
