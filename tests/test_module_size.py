@@ -7,11 +7,7 @@ from tests.helpers import REPO
 
 LIMIT = 350
 # modules allowed over the limit while a split is under way; add a name only with the issue that splits it.
-# Issue 42 (the typed core) splits these two at the next engine rebuild: the trace's serial-free encoding out of
-# the layer extension (bench/worker/sim/extension.py, 424 lines since per-rank steps extend), the tracker's host
-# and renumbering bookkeeping out of bench/worker/memtrack.py (360). Any edit to an engine file makes every
-# reference record stale, so the split waits for a rebuild rather than be made after one.
-KNOWN_OVER: set[str] = {"bench/worker/sim/extension.py", "bench/worker/memtrack.py"}
+KNOWN_OVER: set[str] = set()
 
 
 def sizes() -> dict[str, int]:

@@ -188,7 +188,7 @@ def run_cuda(spec, torch, train, MemTracker) -> dict:
         sampler.start()
     torch.cuda.reset_peak_memory_stats(index)
     alloctrace.start_cuda_history(torch)
-    from bench.worker.memtrack import cuda_stream
+    from bench.worker.streams import cuda_stream
     tracker = MemTracker(rounding=cuda_alloc.round_size, stream_of=cuda_stream)
     try:
         with one_rank(spec, "cuda") as mesh:

@@ -43,6 +43,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench.records.record import PHASES
 from bench.worker import memresize, memtrace
+from bench.worker.streams import cpu_stream, cuda_stream
 from bench.worker.tensors import NO_TENSORS, tensors_in
 
 
@@ -50,24 +51,8 @@ class OutOfBudget(torch.OutOfMemoryError if hasattr(torch, "OutOfMemoryError") e
     """Live bytes passed the device profile's capacity (cpu mode emulates that device)."""
 
 
-
-
 def _key(storage) -> int:
     return storage._cdata
-
-
-def cpu_stream():
-    """torch.cpu's current stream, None when it is the default: FSDP2 on a cpu device makes its
-    all-gather and reduce-scatter streams with torch.cpu.Stream and enters them as on a GPU, so a
-    cpu or sim trace says which allocations a GPU run would make on them."""
-    current = torch.cpu.current_stream()
-    return None if current is getattr(torch.cpu, "_default_cpu_stream", current) else id(current)
-
-
-def cuda_stream():
-    """torch.cuda's current stream on the current device, None when it is the default."""
-    current = torch.cuda.current_stream()
-    return None if current == torch.cuda.default_stream() else current.stream_id
 
 
 HOST_SERIALS = 1 << 48  # serials of storages born on the host (offloaded steps): never in the trace
