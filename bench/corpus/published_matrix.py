@@ -69,6 +69,15 @@ LORA_OPTIONS: dict[str, dict] = {
             "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
     "fc-final-": {"r": 16, "alpha": 32, "dropout": 0.0, "adapter_dtype": "fp32",
                   "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+    # held out: Lightning-AI/litgpt finetune/lora.py at 8641822 (the resource table's commit): lora_r 8, lora_alpha 16,
+    # lora_dropout 0.05, lora_query and lora_value only; --precision bf16-true, so the adapters are bf16
+    # (Llama 2 and phi-1.5: q_proj and v_proj; GPT-NeoX and Falcon fuse them: peft adapts the fused query_key_value)
+    "litgpt-llama2-": {"r": 8, "alpha": 16, "dropout": 0.05, "adapter_dtype": "bf16", "target_modules": ["q_proj", "v_proj"]},
+    "litgpt-phi15-": {"r": 8, "alpha": 16, "dropout": 0.05, "adapter_dtype": "bf16", "target_modules": ["q_proj", "v_proj"]},
+    "litgpt-stablelm3b-": {"r": 8, "alpha": 16, "dropout": 0.05, "adapter_dtype": "bf16",
+                           "target_modules": ["query_key_value"]},
+    "litgpt-falcon40b-": {"r": 8, "alpha": 16, "dropout": 0.05, "adapter_dtype": "bf16",
+                          "target_modules": ["query_key_value"]},
     # held out: AnswerDotAI/fsdp_qlora train.py's defaults (lora_rank 64, lora_alpha 16, lora_dropout 0.1,
     # lora_target_modules 'all' = k, q, v, up, down, gate projections); pure bf16, so adapters in bf16
     "aai-": {"r": 64, "alpha": 16, "dropout": 0.1, "adapter_dtype": "bf16",
