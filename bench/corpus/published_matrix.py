@@ -78,6 +78,10 @@ LORA_OPTIONS: dict[str, dict] = {
                            "target_modules": ["query_key_value"]},
     "litgpt-falcon40b-": {"r": 8, "alpha": 16, "dropout": 0.05, "adapter_dtype": "bf16",
                           "target_modules": ["query_key_value"]},
+    # held out: fms-acceleration scripts/benchmarks/scenarios.yaml at 24bdadb (standard-peft, baseline-peft-bnb): r 16,
+    # lora_alpha 16, lora_dropout 0.1 on q/k/v/o; peft 0.13's default fp32 adapters
+    "fmsref-": {"r": 16, "alpha": 16, "dropout": 0.1, "adapter_dtype": "fp32",
+                "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
     # held out: AnswerDotAI/fsdp_qlora train.py's defaults (lora_rank 64, lora_alpha 16, lora_dropout 0.1,
     # lora_target_modules 'all' = k, q, v, up, down, gate projections); pure bf16, so adapters in bf16
     "aai-": {"r": 64, "alpha": 16, "dropout": 0.1, "adapter_dtype": "bf16",
