@@ -15,7 +15,8 @@ from bench.records import checks
 from bench.runner import launch, ranks
 from bench.spec import matrix
 from bench.spec.matrixfile import MatrixError
-from tests.test_sim_ranks import peaks, step_allocations
+from tests.rank_traces import peaks
+from tests.test_sim_ranks import step_allocations
 
 pytestmark = pytest.mark.slow
 CELLS = ["fsdp+w2"]  # world size 4 against real gloo ranks: tests/test_sim_ranks.py

@@ -14,13 +14,17 @@ of its cause:
 - DeepSpeed's bookkeeping scalars in the step (a few bytes) and ZeRO-3's parameter-coordinator
   buffers ("other"): under 0.1% of the peak here.
 - sharded ZeRO-3: 64 (world size 2) and 96 (4) parameter bytes more in DeepSpeed's rank (not traced down).
+- gloo's copy of each ZeRO-3 reduce-scatter's input, freed from gloo's thread at a time of its own
+  (tests/rank_traces.py): at world size > 1 the real rank's peaks are read from its trace without it.
 """
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from bench.estimate import replay
 from bench.runner import launch
 from bench.spec import matrix
+from tests.rank_traces import GLOO_COPY_OP, peaks
 
 pytestmark = pytest.mark.slow
 TECHNIQUES = ["zero1+bf16", "zero2+bf16", "zero2+bf16+w2", "zero3+bf16", "zero2+amp-bf16", "lora+zero2+bf16",
@@ -48,6 +52,16 @@ def pairs(tmp_path_factory):
     return {t: (r, simulate.run(s, cuda_model=False)) for t, r, s in zip((*TECHNIQUES, *OFFLOAD), real, specs)}
 
 
+def rank_peaks(real: dict) -> tuple[int, dict]:
+    """(peak, {phase: peak}) of the real peak rank's step, without gloo's reduce-scatter copies."""
+    if real["world_size"] == 1:
+        return real["peak_bytes"], real["phase_peak_bytes"]
+    trace = replay.load(real["details"]["trace_file"])
+    assert peaks(trace)[0] == real["peak_bytes"]  # the trace is the record's, whole
+    peak, by_phase, _ = peaks(trace, GLOO_COPY_OP)
+    return peak, {p: by_phase.get(p, 0) for p in real["phase_peak_bytes"]}
+
+
 @pytest.mark.parametrize("technique", TECHNIQUES)
 def test_sim_partitions_as_deepspeed_holds_it(pairs, technique):
     real, sim = pairs[technique]
@@ -59,10 +73,11 @@ def test_sim_partitions_as_deepspeed_holds_it(pairs, technique):
     assert s["activations"] == r["activations"]
     assert abs(s["optimizer"] - r["optimizer"]) <= STEP_COUNTERS
     assert abs(s["gradients"] - r["gradients"]) <= 0.003 * r["gradients"] + 1
-    assert abs(sim["peak_bytes"] - real["peak_bytes"]) <= 0.001 * real["peak_bytes"]
+    peak, phase_peaks = rank_peaks(real)
+    assert abs(sim["peak_bytes"] - peak) <= 0.001 * peak
     if real["world_size"] > 1:   # every phase where partitioning acts, not the peak only (at world size 1
         # DeepSpeed's backward differs from the single process's by its own buffers; the peak is the step)
-        for phase, real_bytes in real["phase_peak_bytes"].items():
+        for phase, real_bytes in phase_peaks.items():
             assert abs(sim["phase_peak_bytes"][phase] - real_bytes) <= 0.001 * real_bytes, phase
 
 
@@ -72,10 +87,11 @@ def test_zero3_offload_per_rank_on_the_device(pairs, technique):
     # 74,432,921 and 74,408,716)
     real, sim = pairs[technique]
     assert real["status"] == "ok", real["reason"]
+    peak, phase_peaks = rank_peaks(real)
     for phase in ("forward", "backward"):
-        r = real["phase_peak_bytes"][phase]
+        r = phase_peaks[phase]
         assert abs(sim["phase_peak_bytes"][phase] - r) <= 0.001 * r, phase
-    assert abs(sim["peak_bytes"] - real["peak_bytes"]) <= 0.001 * real["peak_bytes"]
+    assert abs(sim["peak_bytes"] - peak) <= 0.001 * peak
     assert sim["breakdown_bytes"]["optimizer"] == real["breakdown_bytes"]["optimizer"] == 0  # on the host
 
 

@@ -36,11 +36,11 @@ import pytest
 from bench.estimate import replay
 from bench.runner import launch
 from bench.spec import matrix
+from tests.rank_traces import GLOO_COPY_OP, events, peaks
 
 pytestmark = pytest.mark.slow
 OFFLOAD = ["fsdp-offload+w2", "fsdp-offload+w4", "qlora+fsdp-offload+gc+w2"]
 CELLS = ["fsdp+w2", "fsdp+w4", "qlora+fsdp+w2", "fsdp+amp-bf16+w2", *OFFLOAD]
-GLOO_COPY_OP = "aten.split.Tensor"
 MESH_BYTES = 128
 SMALL = 4096
 QLORA_CONSTANTS = 2 * 64 + 1024 + 2 * 8
@@ -65,40 +65,6 @@ def pairs(tmp_path_factory):
     with ThreadPoolExecutor(2) as pool:
         real = list(pool.map(lambda s: launch.run_cell(s, folder / f"{s['cell']}.log"), specs))
     return {t: (r, simulate.run(s, cuda_model=False)) for t, r, s in zip(CELLS, real, specs)}
-
-
-def events(trace: dict, drop_op: str | None = None) -> list[tuple]:
-    """(kind, serial, bytes, step, phase, op name, category) of every event, without the
-    allocations of ``drop_op`` and their frees."""
-    col, ops, phases, cats = trace["columns"], trace["ops"], trace["phases"], trace["categories"]
-    out, dropped = [], set()
-    for i in range(len(col["kind"])):
-        op = ops[col["op"][i]]
-        if col["kind"][i] and op == drop_op:
-            dropped.add(col["serial"][i])
-        elif col["serial"][i] not in dropped:
-            out.append((col["kind"][i], col["serial"][i], col["bytes"][i], col["step"][i], phases[col["phase"][i]],
-                        op, cats[col["category"][i]]))
-    return out
-
-
-def peaks(trace: dict, drop_op: str | None = None) -> tuple[int, dict, dict]:
-    """(peak, {phase: peak}, {category: bytes at the peak}) of the step, from the trace."""
-    live, total, peak, by_phase, at_peak = {}, 0, 0, {}, {}
-    for i, (kind, serial, nbytes, _step, phase, _op, cat) in enumerate(events(trace, drop_op)):
-        if kind:
-            live[serial] = (nbytes, cat)
-            total += nbytes
-            if phase != "other" and total > by_phase.get(phase, 0):
-                by_phase[phase] = total
-            if phase != "other" and total > peak:
-                peak = total
-                at_peak = {}
-                for nb, c in live.values():
-                    at_peak[c] = at_peak.get(c, 0) + nb
-        else:
-            total -= live.pop(serial, (0, None))[0]
-    return peak, by_phase, at_peak
 
 
 def step_allocations(trace: dict, drop_op: str | None = None, qlora: bool = False) -> dict:
