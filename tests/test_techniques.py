@@ -53,6 +53,8 @@ def test_every_technique_sets_knobs_the_defaults_know(name):
     ("fsdp+adafactor", "Adafactor"),
     ("zero2+amp-fp16", "no gradient scaler"),
     ("zero3-offload+amp-fp16", "no gradient scaler"),
+    ("qlora+fsdp1+w2", "needs autocast"),
+    ("fsdp+fsdp1", "both set dist"),
 ])
 def test_impossible_combinations_are_refused_at_load_with_the_reason(matrix_file, combo, reason):
     with pytest.raises(ValueError, match=reason):
@@ -69,7 +71,7 @@ def test_impossible_combinations_are_refused_at_load_with_the_reason(matrix_file
     "lora+zero3", "fsdp+lora", "fsdp+amp-fp16", "zero2+amp-bf16", "zero2+adamw8bit", "zero2+adafactor",
     "zero3+sgd", "ga2+zero2", "ckpt-load+zero3", "packing+gc", "padding+ga2", "bf16+lion8bit",
     "qlora+zero3", "zero3-offload+adamw8bit", "low-cpu-mem-usage+fsdp",
-    "qlora+fsdp", "qlora+adamw+fsdp", "qlora+fsdp-offload+gc", "qlora+adamw", "qlora+paged-adamw32bit",
+    "qlora+fsdp", "qlora+adamw+fsdp", "fsdp1+w2", "lora+fsdp1+w4", "qlora+fsdp1+amp-bf16+w2", "qlora+fsdp-offload+gc", "qlora+adamw", "qlora+paged-adamw32bit",
 ])
 def test_combinations_that_work_are_not_refused(combo):
     tech.knobs(combo.split("+"))

@@ -84,10 +84,11 @@ PARTITIONED = {
     "zero3-offload": ("optimizer", "gradients", "parameters"),
     "fsdp": ("optimizer", "gradients", "parameters"),
     "fsdp-offload": ("optimizer", "gradients", "parameters"),
+    "fsdp1": ("optimizer", "gradients", "parameters"),
 }
 OFFLOADED = {"zero2-offload": ("optimizer",), "zero3-offload": ("optimizer", "parameters"),
              "fsdp-offload": ("optimizer", "gradients", "parameters")}
-GATHERS = {"zero3", "zero3-offload", "fsdp", "fsdp-offload"}
+GATHERS = {"zero3", "zero3-offload", "fsdp", "fsdp-offload", "fsdp1"}
 LABEL = "analytic (ZeRO paper partitioning) over the simulated single-process step"
 
 

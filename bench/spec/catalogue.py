@@ -24,7 +24,7 @@ DEFAULT_KNOBS = {
     "optimizer": "adamw",       # adamw | adamw-fused | adamw8bit | paged-adamw8bit | paged-adamw32bit | adafactor | lion8bit | sgd
     "adapter": None,            # None | lora | qlora
     "attn": "sdpa",             # sdpa | eager | fa2
-    "dist": None,               # None | zero1 | zero2 | zero3 | zero2-offload | zero3-offload | fsdp | fsdp-offload
+    "dist": None,               # None | zero1 | zero2 | zero3 | zero2-offload | zero3-offload | fsdp | fsdp-offload | fsdp1
     "world_size": 1,
     "batching": "fixed",        # fixed | padding | padding-growing | packing
     "alloc_conf": None,         # PYTORCH_CUDA_ALLOC_CONF value
@@ -217,6 +217,13 @@ CATALOG: dict[str, Technique] = dict([
        saves="parameters, gradients, optimizer", expected="model states leave the GPU; one unit gathered at a time",
        difficulty="high", overhead="host-device copies of every shard each step, CPU optimizer step: much slower",
        defaults={"optimizer": "adamw"}),
+    _t("fsdp1", {"dist": "fsdp1"},
+       "PyTorch FSDP1 (FullyShardedDataParallel) full shard as accelerate's FSDP plugin runs it with "
+       "`accelerate config`'s answers: each decoder layer and then the whole model wrapped "
+       "(TRANSFORMER_BASED_WRAP), flat parameters, use_orig_params, BACKWARD_PRE prefetch, limit_all_gathers; "
+       "torch AdamW unless the combination names another torch optimizer",
+       saves="parameters, gradients, optimizer", expected="all model states / N per GPU, plus a gathered unit and the next",
+       difficulty="medium", overhead="communication", defaults={"optimizer": "adamw"}),
     # batching
     _t("padding", {"batching": "padding"}, "variable-length samples padded to the longest in each batch",
        saves="-", expected="peak climbs in steps as longer batches arrive", overhead="wasted pad compute"),

@@ -78,14 +78,14 @@ DECIMAL_PATTERNS = {
         f"another process holds {x} GiB of the same card (e.g. a training run that has not released it)"),
 }
 
-SHARDED = {"zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "fsdp", "fsdp-offload"}
-FSDP = {"fsdp", "fsdp-offload"}
+SHARDED = {"zero1", "zero2", "zero3", "zero2-offload", "zero3-offload", "fsdp", "fsdp-offload", "fsdp1"}
+FSDP = {"fsdp", "fsdp-offload"}  # FSDP2 (DTensor shards); fsdp1: flat parameters
 # sharding engines that partition the parameters: QLoRA's 4-bit weights must then be stored in a
 # 16-bit dtype (bnb_4bit_quant_storage) so the engine can flatten and shard them with the rest
 # (answer.ai's fsdp_qlora, PEFT's FSDP and DeepSpeed ZeRO-3 guides)
-SHARDS_PARAMETERS = {"zero3", "zero3-offload", "fsdp", "fsdp-offload"}
+SHARDS_PARAMETERS = {"zero3", "zero3-offload", "fsdp", "fsdp-offload", "fsdp1"}
 # engines sim runs as one rank runs them (bench/worker/sim/rankgroup.py); the others are partitioned by formula
-TRACED_PER_RANK = {"fsdp", "fsdp-offload"}
+TRACED_PER_RANK = {"fsdp", "fsdp-offload", "fsdp1"}
 
 
 def traced_per_rank(spec: dict) -> bool:
@@ -213,6 +213,10 @@ RULES = [
      "and PEFT's FSDP guide do (its default when no optimizer is named)"),
     (lambda k, n: k["dist"] in FSDP and k["optimizer"] == "adafactor",
      "fsdp cannot step torch's Adafactor: its factored row/column means fail DTensor sharding propagation"),
+    (lambda k, n: k["dist"] == "fsdp1" and k["adapter"] == "qlora" and k["precision"] not in ("amp-bf16", "amp-fp16"),
+     "qlora+fsdp1 needs autocast (amp-bf16, as the HF Trainer's bf16=True runs it): FSDP1's mixed precision "
+     "hands the adapters bf16 weights (bnb_4bit_quant_storage) while peft casts their input to the adapters' "
+     "own fp32, and the matmul refuses the two dtypes"),
     (lambda k, n: k["dist"] in ZERO and k["precision"] == "amp-fp16",
      "DeepSpeed ZeRO has no gradient scaler for autocast fp16 (its own fp16 mode is pure fp16 weights): "
      "use amp-bf16 or bf16"),

@@ -1,5 +1,5 @@
-"""Sharding techniques: a real DeepSpeed engine (ZeRO-1/2/3, optimizer/parameter offload) or
-PyTorch FSDP2, around the model and a torch optimizer.
+"""Sharding techniques: a real DeepSpeed engine (ZeRO-1/2/3, optimizer/parameter offload),
+PyTorch FSDP2 or FSDP1, around the model and a torch optimizer.
 
 Rank layout comes from the environment (torchrun sets it; a single process gets rank 0 of
 1 on 127.0.0.1). The backend is gloo on CPU and NCCL on CUDA; traffic stays on loopback.
@@ -123,6 +123,51 @@ def wrap_fsdp(model, device, offload: bool = False, mesh=None, param_dtype=None)
         fully_shard(layer, offload_policy=policy, mesh=mesh, mp_policy=mp)
     fully_shard(model, offload_policy=policy, mesh=mesh, mp_policy=mp)
     return model
+
+
+def wrap_fsdp1(model, device, param_dtype=None, quant_storage=None):
+    """FSDP1 (``FullyShardedDataParallel``) as accelerate's FSDP plugin wraps a model with the answers
+    ``accelerate config`` suggests: FULL_SHARD, each decoder layer its own unit and the rest in the
+    root (TRANSFORMER_BASED_WRAP over the layers' class), ``use_orig_params``, BACKWARD_PRE prefetch,
+    ``limit_all_gathers``; ``param_dtype`` (amp-bf16): ``MixedPrecision`` with the parameters, the
+    gradient reduction and the buffers in it, as accelerate sets it for FSDP1. A peft model is wrapped
+    as the HF Trainer has accelerate wrap it (``_fsdp_qlora_plugin_updates``): peft's
+    ``fsdp_auto_wrap_policy`` (each adapter Linear its own unit beside the decoder layers: FSDP1
+    flattens one dtype per unit) and, for QLoRA's 4-bit weights packed in a float ``quant_storage``,
+    mixed precision in that dtype. The process group is the default one (gloo or NCCL here; sim's
+    fake group)."""
+    from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    if not torch.distributed.is_initialized():
+        ensure_rank_env()
+        torch.distributed.init_process_group("nccl" if torch.device(device).type == "cuda" else "gloo")
+    policy = ModuleWrapPolicy({type(layer) for layer in decoder_layers(model)})
+    if hasattr(model, "peft_config"):
+        from peft.utils.other import fsdp_auto_wrap_policy
+        policy = fsdp_auto_wrap_policy(model)
+        if quant_storage is not None and quant_storage.is_floating_point:
+            param_dtype = quant_storage
+    mp = MixedPrecision(param_dtype=param_dtype, reduce_dtype=param_dtype, buffer_dtype=param_dtype) if param_dtype else None
+    return FSDP(model, sharding_strategy=ShardingStrategy.FULL_SHARD, auto_wrap_policy=policy,
+                mixed_precision=mp, backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch=False,
+                limit_all_gathers=True, use_orig_params=True, device_id=torch.device(device))
+
+
+def fsdp1_unsharded_tensors(model) -> list:
+    """FSDP1's padded full flat parameters (``_full_param_padded``: a unit's gathered weights, freed by
+    resizing their storage to 0 between uses) and, under mixed precision, the low-precision shards
+    (``_mp_shard``)."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    out = []
+    for unit in FSDP.fsdp_modules(model):
+        handle = getattr(unit, "_handle", None)
+        flat = getattr(handle, "flat_param", None)
+        for name in ("_full_param_padded", "_mp_shard", "_full_prec_full_param_padded"):
+            t = getattr(flat, name, None)
+            if t is not None:
+                out.append(t)
+    return out
 
 
 def fsdp_unsharded_tensors(model) -> list:

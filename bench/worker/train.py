@@ -72,6 +72,10 @@ class Session:
             if knobs["dist"] == "fsdp-offload":  # shards, gradient shards and the step on the host
                 self.fsdp_offload = fsdpoffload.watch(self.model, tracker, device)
             self.optimizer = self._optimizer(knobs)
+        elif knobs["dist"] == "fsdp1":  # flat parameters: the optimizer is made again over them
+            self.model = dist.wrap_fsdp1(self.model, device, param_dtype=AUTOCAST.get(knobs["precision"]),
+                                         quant_storage=models.quant_storage(knobs) if knobs["adapter"] == "qlora" else None)
+            self.optimizer = self._optimizer(knobs)
         elif knobs["dist"]:
             self.engine, self.optimizer = dist.wrap_deepspeed(
                 spec, self.model, self.optimizer, spec["batch_size"] // self.accum)
@@ -124,6 +128,8 @@ class Session:
         self.forward_retained = max(self.forward_retained, t.total - before)
         if self.spec["knobs"]["dist"] in ("fsdp", "fsdp-offload"):  # its gathered full weights are parameters, not activations
             t.mark("parameters", dist.fsdp_unsharded_tensors(self.model))
+        elif self.spec["knobs"]["dist"] == "fsdp1":
+            t.mark("parameters", dist.fsdp1_unsharded_tensors(self.model))
         say("backward")
         with t.in_phase("backward"):
             if self.engine:

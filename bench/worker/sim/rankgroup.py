@@ -27,7 +27,7 @@ import contextlib
 
 from bench.spec import techniques
 from bench.worker import onerank
-from bench.worker.sim import dtensor_flag
+from bench.worker.sim import dtensor_flag, fake_pointers
 from bench.worker.onerank import LOAD_OP, start_from_shards  # noqa: F401  (sim's names for them)
 
 HOW = ("rank 0's own program: the step run under fake tensors with FSDP2 (fully_shard; CPUOffloadPolicy for "
@@ -46,5 +46,6 @@ def ranks(spec: dict):
     if not traced(spec):
         yield None
         return
-    with onerank.fake_ranks(spec["world_size"], "cpu") as mesh, dtensor_flag.installed():
+    pointers = fake_pointers.distinct() if spec["knobs"]["dist"] == "fsdp1" else contextlib.nullcontext()
+    with onerank.fake_ranks(spec["world_size"], "cpu") as mesh, dtensor_flag.installed(), pointers:
         yield mesh
