@@ -26,7 +26,7 @@ from tests.helpers import REPO, write_matrix
 
 NAMES = sorted(techniques.CATALOG)
 OPTIMIZERS = sorted(n for n, t in techniques.CATALOG.items() if "optimizer" in t.sets)
-ENGINES = ["qlora", "qlora-fp32", "zero2", "zero3", "zero3-offload", "fsdp", "fsdp-offload"]
+ENGINES = ["qlora", "qlora-fp32", "zero2", "zero3", "zero3-offload", "fsdp", "fsdp-offload", "fsdp1"]
 
 
 def resolve(pair):

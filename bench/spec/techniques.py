@@ -216,7 +216,7 @@ RULES = [
     (lambda k, n: k["dist"] == "fsdp1" and k["adapter"] == "qlora" and k["precision"] not in ("amp-bf16", "amp-fp16"),
      "qlora+fsdp1 needs autocast (amp-bf16, as the HF Trainer's bf16=True runs it): FSDP1's mixed precision "
      "hands the adapters bf16 weights (bnb_4bit_quant_storage) while peft casts their input to the adapters' "
-     "own fp32, and the matmul refuses the two dtypes"),
+     "own fp32, and the matmul refuses the two dtypes (under fp32 and under bf16 weights alike)"),
     (lambda k, n: k["dist"] in ZERO and k["precision"] == "amp-fp16",
      "DeepSpeed ZeRO has no gradient scaler for autocast fp16 (its own fp16 mode is pure fp16 weights): "
      "use amp-bf16 or bf16"),

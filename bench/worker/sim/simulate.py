@@ -264,7 +264,7 @@ def nccl_details(spec: dict, details: dict) -> dict[str, int]:
 
 # how each sharding engine loads the model as people launch it (accelerate, TRL, the HF Trainer)
 ENGINE_PLACEMENT = {"zero3": "zero-init", "zero3-offload": "zero-init", "fsdp": "fsdp-meta",
-                    "fsdp-offload": "fsdp-meta-offload"}
+                    "fsdp-offload": "fsdp-meta-offload", "fsdp1": "fsdp-meta"}
 
 
 def checkpoint(spec: dict, params_total: int) -> dict:
