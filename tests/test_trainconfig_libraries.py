@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench.spec import trainconfig
 from bench.spec.techniques import knobs
 from tests.test_fit_guard import CONFIGS
@@ -73,7 +75,25 @@ def test_trl_before_1_0_skips_the_preparation_of_a_sharded_4bit_model(tmp_path):
     r = read(tmp_path, {"model_name_or_path": "meta-llama/Llama-3.1-70B", "load_in_4bit": True, "use_peft": True,
                         "torch_dtype": "bfloat16", "bf16": True, "fsdp": "full_shard auto_wrap",
                         "gradient_checkpointing": True, "num_processes": 2})
-    assert r.techniques()[0] == "qlora" and "fsdp" in r.techniques()
+    assert r.techniques()[0] == "qlora" and "fsdp1" in r.techniques()  # accelerate's default fsdp_version 1
+
+
+@pytest.mark.parametrize("extra, dist", [({}, "fsdp1"), ({"fsdp_config": {"fsdp_version": 2}}, "fsdp"),
+                                         ({"fsdp_config": {"version": 2}}, "fsdp"), ({"fsdp_config": {"fsdp_version": 1}}, "fsdp1")])
+def test_fsdp_is_fsdp1_unless_the_config_asks_for_version_2(tmp_path, extra, dist):
+    # accelerate's FullyShardedDataParallelPlugin: fsdp_version defaults to 1 (FullyShardedDataParallel);
+    # transformers' fsdp_config takes fsdp_version (or version) 2 for fully_shard
+    r = read(tmp_path, {"model_name_or_path": "meta-llama/Llama-3.1-8B", "use_peft": True, "dtype": "bfloat16",
+                        "bf16": True, "fsdp": "full_shard auto_wrap", "num_processes": 2, **extra})
+    assert dist in r.techniques() and ({"fsdp", "fsdp1"} - {dist}).isdisjoint(r.techniques())
+
+
+def test_trl_1x_qlora_on_fsdp1_runs_under_the_trainers_autocast(tmp_path):
+    # TRL 1.x keeps a 16-bit model's extras 16-bit (qlora), and bf16: true is the Trainer's autocast: QLoRA on
+    # FSDP1 runs only under it (the adapters fp32, the shards bf16), so it reads amp-bf16, not 16-bit weights alone
+    r = read(tmp_path, {"model_name_or_path": "meta-llama/Llama-3.1-70B", "load_in_4bit": True, "use_peft": True,
+                        "dtype": "bfloat16", "bf16": True, "fsdp": "full_shard auto_wrap", "num_processes": 2})
+    assert r.techniques()[0] == "qlora" and "fsdp1" in r.techniques() and "amp-bf16" in r.techniques()
 
 
 def test_torchtune_qlora_builds_everything_in_its_dtype():

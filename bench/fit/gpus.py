@@ -71,7 +71,7 @@ def on_gpus(techniques: list[str], n: int, asked: bool) -> tuple[list[str], list
         if not shards:
             if asked:
                 raise Usage(f"{combo} shards nothing: on {n} GPUs each would hold the whole recipe; add a sharding "
-                            "technique (zero1/2/3, zero*-offload, fsdp, fsdp-offload) or ask for 1 GPU")
+                            "technique (zero1/2/3, zero*-offload, fsdp, fsdp-offload, fsdp1) or ask for 1 GPU")
             continue
         if w is not None and w != n:
             if asked:

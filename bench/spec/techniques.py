@@ -206,7 +206,7 @@ RULES = [
     (lambda k, n: k["adapter"] == "qlora" and "fp32" in n,
      "qlora computes in 16-bit over NF4 weights: it cannot be combined with fp32"),
     (lambda k, n: k["world_size"] > 1 and k["dist"] not in SHARDED,
-     "a world size above 1 needs a sharding technique (zero1/2/3, zero*-offload or fsdp)"),
+     "a world size above 1 needs a sharding technique (zero1/2/3, zero*-offload, fsdp, fsdp-offload or fsdp1)"),
     (lambda k, n: k["dist"] in FSDP and k["optimizer"] in BNB_OPTIMIZERS,
      "fsdp cannot step a bitsandbytes optimizer (adamw8bit, lion8bit, the paged ones): its update kernels "
      "have no DTensor sharding rule; qlora+fsdp trains its adapters with torch AdamW, as answer.ai's fsdp_qlora "

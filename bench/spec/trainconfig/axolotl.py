@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from bench.spec.trainconfig.hf import rest
-from bench.spec.trainconfig.recipe import Recipe, _true, ds_dist, positive_int
+from bench.spec.trainconfig.recipe import Recipe, _true, autocast_for_sharded_qlora, ds_dist, fsdp_dist, positive_int
 
 
 def read(doc: dict, file: str) -> Recipe:
@@ -67,11 +67,12 @@ def read(doc: dict, file: str) -> Recipe:
     if take("deepspeed"):
         ds_dist(doc["deepspeed"], "deepspeed", r)
     if take("fsdp") or take("fsdp_config"):
+        take("fsdp_version")
         if r.dist:
             r.skip("fsdp", doc.get("fsdp") or doc.get("fsdp_config"), "deepspeed is already set")
         else:
-            r.dist = "fsdp"
-            r.took("fsdp", doc.get("fsdp") or "(fsdp_config)", "fsdp")
+            fsdp_dist(doc, "fsdp" if doc.get("fsdp") else "fsdp_config", r)
+            autocast_for_sharded_qlora(r, "bf16")
     if take("gradient_accumulation_steps") is not None:
         r.skip("gradient_accumulation_steps", doc["gradient_accumulation_steps"],
                "accumulation repeats the micro-batch's step: the peak is micro_batch_size's")

@@ -15,7 +15,7 @@ either way fp32 extras unless a TRL 1.x config loads in 16 bits (``qlora-fp32`` 
 """
 from __future__ import annotations
 
-from bench.spec.trainconfig.recipe import Recipe, _true, ds_dist, positive_int
+from bench.spec.trainconfig.recipe import Recipe, _true, autocast_for_sharded_qlora, ds_dist, fsdp_dist, positive_int
 
 def training_args(doc: dict, r: Recipe, weights_16bit: bool) -> set[str]:
     """Read the shared TrainingArguments keys into ``r``; the keys it consumed."""
@@ -44,9 +44,8 @@ def training_args(doc: dict, r: Recipe, weights_16bit: bool) -> set[str]:
         ds_dist(doc["deepspeed"], "deepspeed", r)
         used.add("deepspeed")
     if doc.get("fsdp"):
-        r.dist = "fsdp"
-        r.took("fsdp", doc["fsdp"], "fsdp")
-        used.add("fsdp")
+        fsdp_dist(doc, "fsdp", r)
+        used |= {"fsdp", "fsdp_config"} if isinstance(doc.get("fsdp_config"), dict) else {"fsdp"}
     if "gradient_accumulation_steps" in doc:
         r.skip("gradient_accumulation_steps", doc["gradient_accumulation_steps"],
                "accumulation repeats the micro-batch's step: the peak is the stated per-device batch's (the "
@@ -92,7 +91,7 @@ def read(doc: dict, file: str) -> Recipe:
             r.lora_setting(key, doc[key], option)
     # 16-bit weights only where the config loads them so (a LoRA base, or a 4-bit model's extras)
     used |= training_args(doc, r, extras_16bit if r.adapter in ("qlora", "qlora-fp32") else weights_16bit)
-    if r.adapter == "qlora-fp32" and weights_16bit and r.dist in ("fsdp", "zero3", "zero3-offload"):
+    if r.adapter == "qlora-fp32" and weights_16bit and r.dist in ("fsdp", "fsdp1", "zero3", "zero3-offload"):
         # TRL < 1.0 skipped the preparation for a sharded 4-bit model (sft_trainer.py:570-580 in 0.19.1,
         # is_sharded_qlora: FSDP / ZeRO-3 load it on cpu or meta): its extras stay in torch_dtype
         r.adapter = "qlora"
@@ -113,6 +112,7 @@ def read(doc: dict, file: str) -> Recipe:
         if doc.get(key):
             used.add(key)
             r.attention(key, doc[key])
+    autocast_for_sharded_qlora(r, "bf16")
     rest(doc, used, r)
     return r
 

@@ -48,7 +48,7 @@ class Recipe:
     optimizer: str | None = None        # a catalogue optimizer
     gc: bool = False
     packing: bool = False
-    dist: str | None = None             # zero1/2/3(-offload) | fsdp
+    dist: str | None = None             # zero1/2/3(-offload) | fsdp (FSDP2) | fsdp1
     world: int | None = None            # processes, where the config states them
     batch: int | None = None
     seq: int | None = None
@@ -166,6 +166,28 @@ class Recipe:
         return {"file": self.file, "format": self.format, "model": self.model, "techniques": self.techniques(),
                 "options": self.echo_options(), "batch": self.batch, "seq": self.seq, "world": self.world,
                 "mapped": self.mapped, "ignored": self.ignored}
+
+
+def fsdp_dist(doc: dict, key: str, recipe: Recipe) -> None:
+    """FSDP as accelerate runs it: FSDP1 (``FullyShardedDataParallel``) unless the config asks for
+    version 2 (``fsdp_version: 2``, at the top or in ``fsdp_config``, or transformers' ``fsdp_config``
+    ``version``): accelerate's FullyShardedDataParallelPlugin defaults to ``fsdp_version`` 1."""
+    cfg = doc.get("fsdp_config") if isinstance(doc.get("fsdp_config"), dict) else {}
+    version = cfg.get("fsdp_version", cfg.get("version", doc.get("fsdp_version", 1)))
+    two = str(version).strip() == "2"
+    recipe.dist = "fsdp" if two else "fsdp1"
+    recipe.took(key, doc.get(key) or f"({key})", "fsdp (FSDP2: version 2)" if two
+                else "fsdp1 (FSDP1: accelerate's default fsdp_version 1)")
+
+
+def autocast_for_sharded_qlora(recipe: Recipe, key: str) -> None:
+    """``bf16: true`` autocasts in the HF Trainer (``mixed_precision="bf16"``); the recipes read it as
+    16-bit weights where the model loads in 16 bits. QLoRA on FSDP1 runs only under that autocast (peft's
+    adapters stay fp32 while FSDP1's mixed precision hands them bf16 weights), so there it is amp-bf16."""
+    if recipe.dist == "fsdp1" and recipe.adapter == "qlora" and recipe.precision == "bf16":
+        recipe.precision = "amp-bf16"
+        recipe.mapped.append({"key": key, "value": True, "as": "amp-bf16: the Trainer's autocast, which QLoRA "
+                              "on FSDP1 runs under (its adapters fp32, its shards bf16)"})
 
 
 def ds_dist(doc, key: str, recipe: Recipe) -> None:
