@@ -17,7 +17,7 @@ SIX = ["lora+gc+bf16", "qlora+gc", "baseline", "gc+bf16", "adamw8bit+gc+bf16", "
 # 2-, 3- and 4-layer steps do not verify, and the cell runs the full step
 FALLS_BACK = "gc+act-offload+bf16"
 # one rank's own program (bench/worker/sim/rankgroup.py): FSDP2, with QLoRA, with CPU offload
-PER_RANK = ["fsdp+w2", "qlora+fsdp+gc+w2", "qlora+fsdp-offload+gc+w2"]
+PER_RANK = ["fsdp+w2", "qlora+fsdp+gc+w2", "qlora+fsdp-offload+gc+w2", "lora+fsdp1+w2"]
 
 
 @pytest.fixture(scope="module")

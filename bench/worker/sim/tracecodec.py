@@ -60,7 +60,9 @@ def encode(trace: dict) -> list[tuple]:
     after unit, so the distance repeats with the layers where a rank among the freed would not), or
     from the newest serial (the first refill as backward turns back: the last unit's buffers, born
     just before the step's end) or from the last serial before the steps (the root unit's, born
-    first in the first step), whichever is nearest.
+    first in the first step), or from the last serial refilled of that signature on any stream (FSDP1
+    frees a unit after forward on its unshard stream and refills it first in backward: the buffer it
+    refilled last in forward), whichever is nearest.
     NotExact for a free of nothing live, or a serial allocated while live."""
     col = dict(trace["columns"])
     col.setdefault("stream", [0] * len(col["kind"]))  # a trace of before streams: all on the default one
@@ -69,6 +71,7 @@ def encode(trace: dict) -> list[tuple]:
     what: dict = {}     # serial -> its (bytes, op, category, stream)
     freed: dict = {}    # a freed serial -> the signature it was freed with
     refilled: dict = {}  # signature at its free -> the serial last allocated again
+    refilled_any: dict = {}  # (bytes, op, category) of a refill -> its serial: the last refilled so, on any stream
     top, out = first_serial(trace) - 1, []  # gaps from the first allocation's serial (``decode`` is given it)
     after_load = _after_load(trace)  # its gap is ``load_gap``'s, given to ``decode``: written 0 here
     origin, anchor = top, None
@@ -81,10 +84,11 @@ def encode(trace: dict) -> list[tuple]:
                     raise NotExact(f"serial {s} allocated again while live")
                 old = freed.pop(s)
                 ref = min((abs(d), mode, d) for mode, d in enumerate((s - refilled.get(old, origin), top - s,
-                                                                          s - (origin if anchor is None else anchor))))
+                                                                          s - (origin if anchor is None else anchor),
+                                                                          s - refilled_any.get(old[:3], origin))))
                 ref = ref[1:]
                 out.append((2, old, ref, nbytes[i], step[i], phase[i], op[i], cat[i], stream[i]))
-                refilled[old] = s
+                refilled[old] = refilled_any[sig[:3]] = s
             else:
                 out.append((1, 0 if i == after_load else s - top, nbytes[i], step[i], phase[i], op[i], cat[i],
                             stream[i]))
@@ -114,6 +118,7 @@ def decode(events: list[tuple], categories, first: int = 1, load_gap: int = 0) -
     live: dict = {}
     freed: dict = {}     # a freed serial -> the signature it was freed with
     refilled: dict = {}
+    refilled_any: dict = {}
     top = origin = first - 1
     anchor = None
     for ev in events:
@@ -127,10 +132,10 @@ def decode(events: list[tuple], categories, first: int = 1, load_gap: int = 0) -
         elif ev[0] == 2:  # a freed serial allocated again (an in-place resize)
             _, old, (mode, distance), n, st, ph, o, ca, sm = ev
             s = (refilled.get(old, origin) + distance, top - distance,
-                 (origin if anchor is None else anchor) + distance)[mode]
+                 (origin if anchor is None else anchor) + distance, refilled_any.get(old[:3], origin) + distance)[mode]
             if freed.pop(s, None) != old:
                 raise NotExact("a refill of nothing freed")
-            refilled[old] = s
+            refilled[old] = refilled_any[(n, o, ca)] = s
             live.setdefault((n, o, ca, sm), []).append(s)
         else:
             _, st, ph, sig, rank = ev
