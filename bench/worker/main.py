@@ -157,9 +157,13 @@ def run(spec: dict) -> dict:
     from bench.worker.memtrack import MemTracker
     say("torch imported")
     if spec["mode"] == "cpu":
+        from bench.worker import cpu_gemm
+        gemm = cpu_gemm.install(torch)  # bf16 products in fp32 where this CPU has no bf16 GEMM
         tracker = MemTracker(budget_bytes=spec["gpu_memory_bytes"])
         with one_rank(spec, "cpu") as mesh:
             out = train.train(spec, "cpu", tracker, mesh=mesh)
+        if gemm:
+            out["details"]["cpu_matmul"] = gemm
         rank_program(spec, out)
         model = alloctrace.attach(out, tracker, spec, {})  # what a CUDA allocator would reserve for this trace
         out["details"]["load_phase"] = verdicts.load_phase(model, {}, out.get("load_host_peak_rss_bytes"))
