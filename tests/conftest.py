@@ -6,6 +6,16 @@ import pytest
 from tests.helpers import write_matrix
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cpu_half_gemm():
+    """The tests' in-process cpu runs multiply bf16 as every cpu cell's worker does
+    (bench/worker/cpu_gemm.py): in fp32 inside the kernel where this CPU has no bf16 GEMM."""
+    import torch
+
+    from bench.worker import cpu_gemm
+    cpu_gemm.install(torch)
+
+
 @pytest.fixture
 def matrix_file(tmp_path):
     """Factory: matrix_file({study: {...}}) -> path of a matrix YAML in tmp_path."""
