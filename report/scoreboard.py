@@ -119,7 +119,9 @@ def section(df: pd.DataFrame):
                 "worst": _pct(t["worst_error"]), "fits": board.agreement(t, "fits").replace("-", "—"),
                 "oom": board.agreement(t, "oom").replace("-", "—")}
     summary = {role: [line(t) for t in table if t["role"] == role] for role in board.ROLES}
-    multi = [dict(line(t), role=t["role"]) for t in sb.several_gpus(scored) if t["covered"]]
+    # a line with no figure covered still shows its fits/oom answers (the oom rows on several GPUs)
+    multi = [dict(line(t), role=t["role"]) for t in sb.several_gpus(scored)
+             if t["covered"] or t["fits_answered"] or t["oom_answered"]]
     own = [dict(line(t), role=t["role"], benchmark=t["benchmark"], benchmark_rows=t["benchmark_rows"])
            for t in sb.own_benchmarks(scored)]
     return {

@@ -414,3 +414,20 @@ def test_our_own_runs_get_no_made_up_address():
     assert scoreboard.source_url(row) is None
     torchtune = {"source": "pytorch/torchtune:README.md", "source_kind": "results-file", "read_at": "a" * 40}
     assert scoreboard.source_url(torchtune) == f"https://github.com/pytorch/torchtune/blob/{'a' * 40}/README.md"
+
+
+def test_the_reports_several_gpu_table_shows_oom_rows_no_figure_covers():
+    """An oom row on several GPUs has no peak to compare, only a verdict: its line stays in the report's
+    several-GPU table, so a fits-where-it-ran-out-of-memory answer there is shown, not dropped with the
+    figures (the reference: fms-acceleration's Llama-2-70B QLoRA at batch 4 on 2 x A100-80GB)."""
+    from report import scoreboard as rsb
+    from tests.helpers import REPO
+    table = pd.read_csv(REPO / "results" / "reference" / "published" / "table.csv")
+    section = rsb.section(table)
+    capacity = [t for t in section["several_gpus"] if t["role"] == "held-out" and t["measure"] == "not-stated"]
+    assert len(capacity) == 1 and capacity[0]["covered"].startswith("0/")
+    board = json.loads((REPO / "results" / "reference" / "published" / "scoreboard.json").read_text())
+    every = [r for r in board["rows"] if (r["n_gpus"] or 1) > 1 and r["outcome"] == "oom" and r["role"] == "held-out"]
+    oom = [r for r in every if r["tools"][sb.OURS]["verdict"] is not None]
+    agree = sum(r["tools"][sb.OURS]["agrees"] for r in oom)
+    assert oom and capacity[0]["oom"] == f"{agree}/{len(oom)} of {len(every)}" and agree < len(oom)
