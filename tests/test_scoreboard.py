@@ -419,7 +419,7 @@ def test_our_own_runs_get_no_made_up_address():
 def test_the_reports_several_gpu_table_shows_oom_rows_no_figure_covers():
     """An oom row on several GPUs has no peak to compare, only a verdict: its line stays in the report's
     several-GPU table, so a fits-where-it-ran-out-of-memory answer there is shown, not dropped with the
-    figures (the reference: fms-acceleration's Llama-2-70B QLoRA at batch 4 on 2 x A100-80GB)."""
+    figures (in the reference: fms-acceleration's Llama-2-70B QLoRA at batch 4 on 2 x A100-80GB, 6/7)."""
     from report import scoreboard as rsb
     from tests.helpers import REPO
     table = pd.read_csv(REPO / "results" / "reference" / "published" / "table.csv")
@@ -430,4 +430,4 @@ def test_the_reports_several_gpu_table_shows_oom_rows_no_figure_covers():
     every = [r for r in board["rows"] if (r["n_gpus"] or 1) > 1 and r["outcome"] == "oom" and r["role"] == "held-out"]
     oom = [r for r in every if r["tools"][sb.OURS]["verdict"] is not None]
     agree = sum(r["tools"][sb.OURS]["agrees"] for r in oom)
-    assert oom and capacity[0]["oom"] == f"{agree}/{len(oom)} of {len(every)}" and agree < len(oom)
+    assert oom and capacity[0]["oom"] == f"{agree}/{len(oom)} of {len(every)}"
