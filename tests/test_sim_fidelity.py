@@ -19,14 +19,14 @@ TECHNIQUES = ["baseline", "amp-bf16", "gc", "lora+gc+bf16", "adamw8bit", "qlora"
               # compile runs inductor's kernels on cpu and its graphs op by op in sim, so a buffer
               # inductor reuses inside a graph differs by a few KiB: tests/test_sim_fusion.py)
               "chunked-ce+bf16", "gc+act-offload", "opt-in-bwd", "adamw-fused", "lora+dora", "lora+lora-all",
-              "qlora-fp32"]
+              "qlora-fp32", "shift-ce+bf16"]
 KEYS = ("peak_bytes", "breakdown_bytes", "phase_peak_bytes", "step_peak_bytes", "params_total", "params_trainable")
 
 
 @pytest.fixture(scope="module")
 def cells(tmp_path_factory):
     from tests.helpers import write_matrix
-    study = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": TECHNIQUES,
+    study = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": [*TECHNIQUES, "bf16"],
              "batch_size": 2, "seq_len": 32}
     return matrix.load(write_matrix(tmp_path_factory.mktemp("fidelity"), {"s": study}))
 
@@ -78,3 +78,25 @@ def test_sim_loads_qlora_as_transformers_does(cells, bnb_warm):
     bf16, _, _ = measure.simulate_step(cells["tiny-llama__cpu__qlora"], cuda_model=False)
     weights = bf16["breakdown_bytes"]["parameters"]
     assert bf16["details"]["build_peak_bytes"] < 1.1 * weights  # never the 16-bit model on the device
+
+
+def test_shift_ce_holds_transformers_4_48s_shifted_fp32_copy_at_the_loss(cells):
+    """transformers 4.46-4.48's loss (shift-ce) against today's (PR #35646 padded the labels instead):
+    at the loss, the fp32 logits (N = batch x seq x vocab), the shifted copy and log_softmax's output
+    (N' = batch x (seq - 1) x vocab each), where today's holds the fp32 logits and log_softmax's output
+    over all N: 8N' - 4N more bytes, 4 x batch x vocab x (seq - 2). The value of the loss is the same."""
+    import torch
+    from transformers.loss.loss_utils import ForCausalLMLoss
+
+    from bench.worker import losses
+    today = train.train(cells["tiny-llama__cpu__bf16"], "cpu", MemTracker())
+    shift = train.train(cells["tiny-llama__cpu__shift-ce+bf16"], "cpu", MemTracker())
+    spec = cells["tiny-llama__cpu__bf16"]
+    vocab = 32000
+    more = 4 * spec["batch_size"] * vocab * (spec["seq_len"] - 2)
+    # within the labels' few hundred bytes (today's padded labels are one token longer than the shifted ones)
+    assert abs(shift["phase_peak_bytes"]["forward"] - today["phase_peak_bytes"]["forward"] - more) < 1024
+    logits, labels = torch.randn(2, 9, 50, dtype=torch.bfloat16), torch.randint(0, 50, (2, 9))
+    labels[0, 3] = -100
+    for n in (None, torch.tensor(11)):
+        assert torch.allclose(losses.shift_loss(logits, labels, 50, n), ForCausalLMLoss(logits, labels, 50, n))

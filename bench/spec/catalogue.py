@@ -29,7 +29,7 @@ DEFAULT_KNOBS = {
     "batching": "fixed",        # fixed | padding | padding-growing | packing
     "alloc_conf": None,         # PYTORCH_CUDA_ALLOC_CONF value
     "load": "random-init",      # random-init | checkpoint | checkpoint-low-cpu-mem-usage
-    "loss": "full",             # full (transformers' CE over all fp32 logits) | chunked | liger
+    "loss": "full",             # full (transformers' CE over all fp32 logits) | shift (4.46-4.48's) | chunked | liger
     "act_offload": False,       # saved activations to host memory during forward
     "opt_in_bwd": False,        # optimizer step per parameter inside backward
     "compile": False,           # torch.compile of the model
@@ -153,6 +153,11 @@ CATALOG: dict[str, Technique] = dict([
        "chunk, fp32 logits one chunk at a time, softmax recomputed in backward",
        saves="activations, temporaries", expected="most of the fp32 logits (GiBs at a 128k vocabulary)",
        overhead="none to small"),
+    _t("shift-ce", {"loss": "shift"},
+       "transformers 4.46-4.48's causal-LM loss (and the loss of the forward before it): the fp32 logits shifted "
+       "into a contiguous copy before the cross-entropy, one more fp32 batch x sequence x vocabulary tensor at "
+       "the loss and in its backward (removed in 4.49, PR #35646); for runs on those releases",
+       saves="-", expected="costs one more fp32 copy of the logits at the loss", difficulty="low", overhead="none"),
     _t("keep-output", {"keep_output": True},
        "a plain training loop that keeps the model's output until the step ends (out = model(**batch); "
        "out.loss.backward(); optimizer.step()): its logits stay alive through backward and the optimizer step, "

@@ -14,6 +14,10 @@ wrapper (peft, DeepSpeed's engine, FSDP2) still calls through it:
   (``F.cross_entropy`` over the upcast chunk) compiled with the layers' backend, as torchtune's
   ``compile_loss`` compiles it in place on its chunked loss: inductor's kernels then keep the
   fp32 softmax in registers (sim: bench/worker/sim/fusion.py).
+- ``shift``: transformers' forward unchanged, its loss function that of transformers 4.46-4.48
+  (``ForCausalLMLoss`` before PR #35646, released in 4.49): the fp32 upcast of the logits, then the
+  shifted logits made contiguous, a second fp32 copy of batch x (seq - 1) x vocab, and the
+  cross-entropy over it (``shift_loss``). 4.45 and earlier computed the same in the model's forward.
 - ``liger``: Liger Kernel's ``LigerFusedLinearCrossEntropyLoss`` on CUDA. Sim mode runs
   ``_FusedLinearCE`` instead, a pure-PyTorch replica of its algorithm (liger_kernel/ops/
   fused_linear_cross_entropy.py): in forward, per chunk of rows (chunk = next power of 2 of
@@ -40,6 +44,10 @@ def install(model, kind: str, device, compile_backend=None) -> None:
     if kind == "full":
         return
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if kind == "shift":
+        base.loss_function = shift_loss
+        base._bench_loss = kind
+        return
     if kind == "liger" and torch.device(device).type == "cuda":
         from liger_kernel.transformers.fused_linear_cross_entropy import (
             LigerFusedLinearCrossEntropyLoss,
@@ -69,6 +77,19 @@ def _forward_with(head_loss):
         loss = head_loss(flat_h, self.lm_head, shifted.reshape(-1))
         return CausalLMOutputWithPast(loss=loss)
     return forward
+
+
+def shift_loss(logits, labels, vocab_size: int, num_items_in_batch=None, ignore_index: int = IGNORE, **kwargs):
+    """transformers 4.48.1's ``ForCausalLMLoss`` (src/transformers/loss/loss_utils.py), line for line."""
+    logits = logits.float()
+    labels = labels.to(logits.device)
+    shift_logits = logits[..., :-1, :].contiguous()
+    shift_labels = labels[..., 1:].contiguous()
+    shift_logits = shift_logits.view(-1, vocab_size)
+    shift_labels = shift_labels.view(-1).to(shift_logits.device)
+    reduction = "sum" if num_items_in_batch is not None else "mean"
+    loss = F.cross_entropy(shift_logits, shift_labels, ignore_index=ignore_index, reduction=reduction)
+    return loss / num_items_in_batch if reduction == "sum" else loss
 
 
 def compute_cross_entropy(logits, labels):
