@@ -23,14 +23,41 @@ def write_matrix(folder: Path, studies: dict, name: str = "matrix.yaml", **top) 
     return path
 
 
-def run_cells(specs, folder: Path) -> dict:
-    """Run cell specs through the launcher, two workers at a time (2 cores); {technique: record}."""
+_WARM = None
+
+
+def warm_pool():
+    """This test process's pool of warm cpu servers (tests/warm_cells.py), two (2 cores),
+    started on first use from the calling thread and closed when the process ends."""
+    global _WARM
+    if _WARM is None:
+        import atexit
+
+        from tests.warm_cells import CpuPool
+        _WARM = CpuPool(jobs=2)
+        atexit.register(_WARM.close)
+    return _WARM
+
+
+def launch_all(specs, folder: Path) -> list[dict]:
+    """The records of cell specs, in order, two at a time: a cpu cell in fresh forks of a warm
+    server, which gives the launcher's record without a fresh interpreter's ~6 s of imports per
+    process (tests/test_warm_cells.py holds the two alike); any other cell through the launcher."""
     from concurrent.futures import ThreadPoolExecutor
 
     from bench.runner import launch
+    log = lambda s: Path(folder) / f"{s['cell']}.log"  # noqa: E731
+    cpu = [s for s in specs if s["mode"] == "cpu"]
+    other = [s for s in specs if s["mode"] != "cpu"]
+    done = dict(zip((s["cell"] for s in cpu), warm_pool().run_many([(s, log(s)) for s in cpu]) if cpu else []))
     with ThreadPoolExecutor(2) as pool:
-        out = list(pool.map(lambda s: launch.run_cell(s, Path(folder) / f"{s['cell']}.log"), specs))
-    return {"+".join(r["techniques"]): r for r in out}
+        done.update(zip((s["cell"] for s in other), pool.map(lambda s: launch.run_cell(s, log(s)), other)))
+    return [done[s["cell"]] for s in specs]
+
+
+def run_cells(specs, folder: Path) -> dict:
+    """``launch_all``'s records by technique: {technique: record}."""
+    return {"+".join(r["techniques"]): r for r in launch_all(specs, folder)}
 
 
 def ok(recs: dict, name: str) -> dict:

@@ -113,7 +113,8 @@ def test_a_rank_without_record_makes_the_cell_an_error(w2_spec):
 def test_world_size_2_shards_model_states(matrix_file, tmp_path):
     names = ("zero3", "zero3+w2", "fsdp", "fsdp+w2")
     cells = load(matrix_file, c={**TINY, "techniques": list(names)})
-    recs = {name: launch.run_cell(cells[f"tiny-llama__cpu__{name}"], tmp_path / f"{name}.log") for name in names}
+    from tests.helpers import launch_all
+    recs = dict(zip(names, launch_all([cells[f"tiny-llama__cpu__{name}"] for name in names], tmp_path)))
     for name, rec in recs.items():
         assert rec["status"] == "ok", f"{name}: {rec['reason']}\n{rec['log_tail']}"
         assert checks.problems(rec) == []

@@ -25,16 +25,14 @@ CELLS = ["fsdp+w2"]  # world size 4 against real gloo ranks: tests/test_sim_rank
 @pytest.fixture(scope="module")
 def pairs(tmp_path_factory):
     from bench.worker.sim import simulate
-    from tests.helpers import write_matrix
+    from tests.helpers import launch_all, write_matrix
     folder = tmp_path_factory.mktemp("onerank")
     study = {"mode": "cpu", "ranks": "rank0", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": CELLS}
     cells = matrix.load(write_matrix(folder, {"s": study}))
-    out = {}
-    for t in CELLS:
-        spec = cells[f"tiny-llama__cpu__{t}"]
-        assert spec["one_rank"] and not ranks.multirank(spec)
-        out[t] = (launch.run_cell(spec, folder / f"{spec['cell']}.log"), simulate.run(spec, cuda_model=False))
-    return out
+    specs = [cells[f"tiny-llama__cpu__{t}"] for t in CELLS]
+    assert all(spec["one_rank"] and not ranks.multirank(spec) for spec in specs)
+    real = launch_all(specs, folder)
+    return {t: (r, simulate.run(s, cuda_model=False)) for t, r, s in zip(CELLS, real, specs)}
 
 
 @pytest.mark.parametrize("cell", CELLS)

@@ -17,12 +17,10 @@ of its cause:
 - gloo's copy of each ZeRO-3 reduce-scatter's input, freed from gloo's thread at a time of its own
   (tests/rank_traces.py): at world size > 1 the real rank's peaks are read from its trace without it.
 """
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from bench.estimate import replay
-from bench.runner import launch
 from bench.spec import matrix
 from tests.rank_traces import GLOO_COPY_OP, peaks
 
@@ -41,14 +39,13 @@ def pairs(tmp_path_factory):
     import peft  # noqa: F401
 
     from bench.worker.sim import simulate
-    from tests.helpers import write_matrix
+    from tests.helpers import launch_all, write_matrix
     folder = tmp_path_factory.mktemp("ds")
     study = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": [*TECHNIQUES, *OFFLOAD],
              "batch_size": 2, "seq_len": 32}
     cells = matrix.load(write_matrix(folder, {"s": study}))
     specs = [cells[f"tiny-llama__cpu__{t}"] for t in (*TECHNIQUES, *OFFLOAD)]
-    with ThreadPoolExecutor(2) as pool:
-        real = list(pool.map(lambda s: launch.run_cell(s, folder / f"{s['cell']}.log"), specs))
+    real = launch_all(specs, folder)
     return {t: (r, simulate.run(s, cuda_model=False)) for t, r, s in zip((*TECHNIQUES, *OFFLOAD), real, specs)}
 
 

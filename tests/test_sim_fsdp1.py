@@ -17,12 +17,10 @@ gives them distinct ones (bench/worker/sim/fake_pointers.py). Without them sim k
 65.5 MB of gathered weights into the optimizer step (measured 2026-11-27: 107,300,032 B against the
 real rank's 38,861,136 B).
 """
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from bench.estimate import replay
-from bench.runner import launch
 from bench.spec import matrix
 from tests.rank_traces import GLOO_COPY_OP, peaks
 from tests.test_sim_ranks import QLORA_CONSTANTS, step_allocations
@@ -44,13 +42,12 @@ def pairs(tmp_path_factory):
     import peft  # noqa: F401
 
     from bench.worker.sim import simulate
-    from tests.helpers import write_matrix
+    from tests.helpers import launch_all, write_matrix
     folder = tmp_path_factory.mktemp("fsdp1")
     study = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": CELLS, "batch_size": 2, "seq_len": 32}
     cells = matrix.load(write_matrix(folder, {"s": study}))
     specs = [cells[f"tiny-llama__cpu__{t}"] for t in CELLS]
-    with ThreadPoolExecutor(2) as pool:
-        real = list(pool.map(lambda s: launch.run_cell(s, folder / f"{s['cell']}.log"), specs))
+    real = launch_all(specs, folder)
     return {t: (r, simulate.run(s, cuda_model=False)) for t, r, s in zip(CELLS, real, specs)}
 
 

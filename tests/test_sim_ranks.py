@@ -29,12 +29,10 @@ The rank's own peak is above what the single-process partition by formula gives 
 misses the reduce-scatter buffers and the unsharded gradients held beside them): the record keeps
 both (``details.formula_cross_check``).
 """
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from bench.estimate import replay
-from bench.runner import launch
 from bench.spec import matrix
 from tests.rank_traces import GLOO_COPY_OP, events, peaks
 
@@ -57,13 +55,12 @@ def pairs(tmp_path_factory):
     import peft  # noqa: F401
 
     from bench.worker.sim import simulate
-    from tests.helpers import write_matrix
+    from tests.helpers import launch_all, write_matrix
     folder = tmp_path_factory.mktemp("ranks")
     study = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": CELLS}
     cells = matrix.load(write_matrix(folder, {"s": study}))
     specs = [cells[f"tiny-llama__cpu__{t}"] for t in CELLS]
-    with ThreadPoolExecutor(2) as pool:
-        real = list(pool.map(lambda s: launch.run_cell(s, folder / f"{s['cell']}.log"), specs))
+    real = launch_all(specs, folder)
     return {t: (r, simulate.run(s, cuda_model=False)) for t, r, s in zip(CELLS, real, specs)}
 
 
