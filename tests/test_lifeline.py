@@ -48,8 +48,13 @@ def start(cmd, tmp_path, cwd):
 
 
 def worker_running(marker: str) -> bool:
-    return any(b"bench.worker" in Path(f"/proc/{p}/cmdline").read_bytes()
-               for p in procs_with(marker) if Path(f"/proc/{p}").exists())
+    for p in procs_with(marker):
+        try:
+            if b"bench.worker" in Path(f"/proc/{p}/cmdline").read_bytes():
+                return True
+        except OSError:  # it ended after procs_with saw it
+            continue
+    return False
 
 
 def test_sigkill_of_snakemake_ends_the_cell_job_and_its_worker(tmp_path, matrix_file):
