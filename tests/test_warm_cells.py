@@ -11,8 +11,8 @@ from tests.helpers import write_matrix
 
 pytestmark = pytest.mark.slow
 # one rank fp32 with peft (which imports bitsandbytes while the tracker counts: its NF4 tables are the
-# cell's 144 B, as in a fresh process), QLoRA, and FSDP2 at world size 2 (two forks, torchrun's variables)
-CELLS = ["lora", "qlora", "fsdp+w2"]
+# cell's 144 B, as in a fresh process) and FSDP2 at world size 2 (two forks, torchrun's variables)
+CELLS = ["lora", "fsdp+w2"]
 
 
 def bytes_differences(fresh: dict, warm: dict) -> list:

@@ -27,8 +27,8 @@ stands for the process the launcher would start:
 
 Test tooling, not the product: the suite (tests/helpers.py ``launch_all``) runs its tiny cpu cells
 here, where a module runs tens of them. The records are the launcher's outside bench/records/
-identical.py's exclusions (tests/test_warm_cells.py holds a one-rank, a QLoRA and an FSDP2 world-size-2
-cell to that), and the launcher's own path (torchrun, kills, limits) keeps its tests
+identical.py's exclusions (tests/test_warm_cells.py holds a one-rank LoRA and an FSDP2 world-size-2 cell
+to that), and the launcher's own path (torchrun, kills, limits) keeps its tests
 (tests/test_dist.py, tests/test_failures.py). The workflow, ``pytest bench`` and ``ft-membench``
 keep a fresh process per cell: a reference record's host RSS is that of a process that imported
 only what its cell needs. cuda cells never come here. It lives here, not in bench/, because it is
