@@ -98,6 +98,16 @@ def parser() -> argparse.ArgumentParser:
     fit.add_argument("--host-mem", help="the node's host memory (e.g. 128GB, 96GiB): judge each recipe's host "
                      "memory need against it (without it the need is shown, not judged)")
     fit.add_argument("--no-hints", action="store_true", help="skip what-to-change (no extra simulations)")
+    data = fit.add_argument_group("your dataset (one recipe on one GPU over an epoch: docs/fit.md)")
+    data.add_argument("--dataset", help="a .jsonl/.json/.parquet/.arrow file of TRL rows (messages, prompt+completion "
+                                        "or text): is the epoch survived, and if not at which step")
+    data.add_argument("--lengths", help="instead of --dataset: a file of token lengths, one a line")
+    data.add_argument("--tokenizer", help="the tokenizer folder or Hub id (default: the model's, from the HF cache)")
+    data.add_argument("--sampling", choices=["random", "group_by_length", "sequential"], default="random",
+                      help="the trainer's train_sampling_strategy (default random)")
+    data.add_argument("--seed", type=int, default=42, help="the trainer's seed (default 42, as TrainingArguments)")
+    data.add_argument("--pad-to-multiple-of", type=int, help="the collator's pad_to_multiple_of")
+    data.add_argument("--packing", action="store_true", help="packed rows of --seq tokens instead of padding")
     fit.add_argument("--trust-remote-code", action="store_true",
                      help="run a Hub model's own code (auto_map); off by default")
     meas = sub.add_parser("measure", help="run the recipes for real on this machine's GPU, beside sim's prediction",
@@ -192,6 +202,11 @@ def _fit(args) -> int:
     q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
                           args.trust_remote_code)
     gpu, n_gpus = fitgpus.resolve(args.gpu, fitcells.cuda_profiles(), args.gpus)
+    if args.dataset or args.lengths:
+        if args.dataset and args.lengths:
+            raise fitinput.Usage("--dataset and --lengths: give one")
+        from bench.dataset import command
+        return command.run(args, q, gpu, say)
     asked = q.techniques is not None
     chosen, renamed = fitcells.canonical_techniques(q.techniques or fitcells.default_techniques())
     for said, spelled in (renamed if asked else {}).items():

@@ -1,0 +1,130 @@
+"""``ft-membench fit ... --dataset FILE``: will this recipe survive an epoch of the user's own data?
+
+    doc = answer.epoch_answer(spec_at, lengths, info, batch=4, max_length=4096, profile=..., ...)
+
+For one recipe on one GPU: the dataset's token lengths (bench/dataset/lengths.py), the batches in
+the trainer's own order (order.py), each step's padded width (epoch.py), the recipe's step
+simulated at four lengths and derived exactly at every width (stairs.py ``Family``), and the
+caching allocator replayed over the epoch (bench/estimate/replay.py):
+
+- ``staircase``: the reserved memory after each replayed step (it climbs as longer batches come);
+- ``first_oom``: the first step whose allocation fails under the GPU's capacity, with its batch's
+  lengths, or None (the epoch survives);
+- ``per_step``: the allocated peak of a step at each width (its steady state), as p50 / p99 / max
+  over the epoch's steps;
+- ``remedies``: the longest ``max_length`` that survives and how many samples it cuts,
+  expandable segments, packing (the recipe's own cell at batch x max_length) and a smaller batch.
+
+Sample simulations go through bench/search/sample_cache.py, so a second question on the same recipe
+and batch simulates nothing. Torch is imported only for the trainer's order (order.py).
+"""
+from __future__ import annotations
+
+import time
+
+from bench.dataset import epoch, order
+from bench.dataset.stairs import GRID, Family
+from bench.estimate import replay, verdicts
+
+SAMPLE_SEQS = (512, 1024, 1536, 2048)   # multiples of 2 x GRID: padding-growing's step 0 is half the length
+EXPANDABLE = "expandable_segments:True"
+
+
+def family(spec_at, batch: int, padded: bool, simulate_many, say) -> tuple[Family, dict]:
+    """The recipe's step at ``batch`` over widths, from four simulations: padded batches
+    (``padding-growing``), or unpadded ones (batch 1, where one sample has no pad, and packing)."""
+    jobs = [(spec_at(s, padded), None) for s in SAMPLE_SEQS]
+    t0 = time.monotonic()
+    say(f"ft-membench: {jobs[0][0]['cell']}: the step at {len(jobs)} lengths ({', '.join(map(str, SAMPLE_SEQS))}) "
+        f"at batch {batch}, to derive it at every width")
+    recs = simulate_many(jobs)
+    for s, rec in zip(SAMPLE_SEQS, recs):
+        if rec.get("status") != "ok" or "_trace" not in rec:
+            raise RuntimeError(f"simulation at batch {batch} x {s}: {rec.get('status')}: {rec.get('reason')}")
+    fam = Family({s: r["_trace"] for s, r in zip(SAMPLE_SEQS, recs)}, first_scale=2 if padded else 1)
+    return fam, {"cell": jobs[0][0]["cell"], "padded": padded, "sample_seqs": list(SAMPLE_SEQS),
+                 "simulated": sum(1 for r in recs if "cached" not in r), "s": round(time.monotonic() - t0, 1)}
+
+
+def _run(fam: Family, widths: list[int], conf, capacity=None) -> dict:
+    return replay.replay(fam.epoch(widths), conf, capacity=capacity, points=50)
+
+
+def epoch_answer(fam: Family, lengths: list[int], batches: list[list[int]], widths: list[int], conf,
+                 profile: dict, max_length: int, steps: list[int] | None = None) -> dict:
+    cap = verdicts.capacity(profile)
+    steps = epoch.replayed(widths) if steps is None else steps
+    sub = [widths[k] for k in steps]
+    free = _run(fam, sub, conf)
+    res = free["step_reserved_peak_bytes"]
+    stairs, top = [], 0
+    for j, k in enumerate(steps):
+        if res[j] > top:
+            top = res[j]
+            stairs.append({"step": k, "width": widths[k], "reserved_bytes": res[j]})
+    oom = None
+    if free["reserved_peak_bytes"] > cap:
+        failed = _run(fam, sub, conf, capacity=cap)["oom"]
+        if failed is not None:
+            k = steps[max(failed["step"], 0)]
+            oom = {"step": k, "width": widths[k], "lengths": sorted((lengths[i] for i in batches[k]), reverse=True),
+                   "op": failed["op"], "bytes": failed["bytes"], "during": "the build" if failed["step"] < 0 else None}
+    per_width = _per_width(fam, sorted(set(widths)), conf)
+    alloc = [per_width[w]["allocated_bytes"] for w in widths]
+    return {"steps": len(widths), "replayed_steps": len(steps), "capacity_bytes": cap,
+            "reserved_peak_bytes": free["reserved_peak_bytes"], "allocated_peak_bytes": free["allocated_peak_bytes"],
+            "staircase": stairs, "first_oom": oom, "survives": oom is None and free["reserved_peak_bytes"] <= cap,
+            "per_step_allocated": {"p50": epoch.percentile(alloc, 50), "p99": epoch.percentile(alloc, 99),
+                                   "max": max(alloc)},
+            "per_width": per_width}
+
+
+def _per_width(fam: Family, widths: list[int], conf) -> dict:
+    """Each width's step in its steady state: four steps of it after the build."""
+    out = {}
+    for w in widths:
+        r = _run(fam, [w] * 4, conf)
+        out[w] = {"allocated_bytes": r["step_allocated_peak_bytes"][-1], "reserved_bytes": r["reserved_peak_bytes"]}
+    return out
+
+
+def shortest_cut(fam: Family, lengths: list[int], batches, conf, profile, pad_to, max_length: int) -> dict | None:
+    """The longest max_length (a multiple of GRID below the asked one) whose epoch survives: the
+    per-width steady states point at it, the epoch's own replay confirms it."""
+    cap = verdicts.capacity(profile)
+    for m in range(max_length // GRID * GRID, GRID - 1, -GRID):
+        if m >= max_length:
+            continue
+        if _run(fam, [m] * 4, conf)["reserved_peak_bytes"] > cap:
+            continue
+        cut = [min(n, m) for n in lengths]
+        widths = epoch.padded_widths(cut, batches, pad_to)
+        steps = epoch.replayed(widths)
+        r = _run(fam, [widths[k] for k in steps], conf)
+        if r["reserved_peak_bytes"] <= cap:
+            over = [n - m for n in lengths if n > m]
+            return {"max_length": m, "samples_cut": len(over), "tokens_cut": sum(over),
+                    "tokens_share": sum(over) / max(1, sum(lengths)), "reserved_peak_bytes": r["reserved_peak_bytes"]}
+    return None
+
+
+def remedies(fam, lengths, batches, widths, conf, profile, pad_to, max_length, result, packing_line) -> list[dict]:
+    out = []
+    cap = verdicts.capacity(profile)
+    if conf != EXPANDABLE:
+        steps = epoch.replayed(widths)
+        r = _run(fam, [widths[k] for k in steps], EXPANDABLE)
+        out.append({"change": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "reserved_peak_bytes":
+                    r["reserved_peak_bytes"], "survives": r["reserved_peak_bytes"] <= cap})
+    if not result["survives"]:
+        cut = shortest_cut(fam, lengths, batches, conf, profile, pad_to, max_length)
+        out.append({"change": f"max_length {cut['max_length']}" if cut else "a shorter max_length",
+                    **(cut or {"survives": False, "why": f"none from {max_length - GRID} down to {GRID} survives"}),
+                    **({"survives": True} if cut else {})})
+    if packing_line is not None:
+        out.append(packing_line)
+    return out
+
+
+def orders(lengths, batch: int, seed: int, sampling: str) -> list[list[int]]:
+    return order.batches(lengths, batch, seed=seed, sampling=sampling)

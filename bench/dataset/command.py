@@ -1,0 +1,149 @@
+"""The ``--dataset`` / ``--lengths`` half of ``ft-membench fit``: one recipe on one GPU over an epoch
+of the user's data (bench/dataset/answer.py), printed as text or one JSON object. Exit 0: the epoch
+survives; 1: an out-of-memory at some step; 2: bad input (the file, row or key, and why)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.dataset import answer as epoch_answer
+from bench.dataset import epoch, lengths as lengths_mod
+from bench.dataset.lengths import DatasetError
+from bench.dataset.stairs import GRID
+from bench.fit import cells as fitcells
+from bench.fit.question import Usage
+
+GiB = 2 ** 30
+
+
+def tokenizer_ref(model: str, given: str | None) -> str:
+    """The tokenizer to read: ``--tokenizer``, else the model's Hub id (a matrix model's ``_source``)."""
+    if given:
+        return given
+    p = fitcells.matrix.DEFAULT_MATRIX.parent / "models" / f"{model}.json"
+    if p.is_file():
+        src = json.loads(p.read_text()).get("_source", "")
+        if src.endswith("/config.json"):
+            return src.removesuffix("/config.json")
+    if Path(model).exists():
+        return str(Path(model).parent if Path(model).is_file() else model)
+    return model
+
+
+def run(args, q, gpu: str, say) -> int:
+    techniques = q.techniques or []
+    if len(techniques) != 1:
+        raise Usage("--dataset answers one recipe at a time: give --techniques with one (e.g. lora+gc+bf16)")
+    tech = techniques[0]
+    batch, max_length = q.batch or 1, q.seq or 2048
+    if max_length % GRID:
+        say(f"ft-membench: note: widths are judged in {GRID}-token steps: --seq {max_length} judged as "
+            f"{-(-max_length // GRID) * GRID} at most")
+
+    def spec_at(seq: int, padded: bool) -> dict:
+        name = f"{tech}+padding-growing" if padded else tech
+        (spec,) = fitcells.specs(q.model, gpu, [name], seq, batch, q.options, args.trust_remote_code).values()
+        return dict(spec, cross_check=False)
+
+    own = spec_at(max_length, False)
+    knobs = own["knobs"]
+    if knobs["dist"] or (own.get("world_size") or 1) > 1:
+        raise Usage(f"--dataset: {tech} runs on several GPUs; the epoch is answered for one GPU for now")
+    if knobs["accum"] > 1:
+        raise Usage(f"--dataset: {tech} accumulates gradients; the epoch is answered without accumulation for now")
+    if knobs["batching"] != "fixed":
+        raise Usage(f"--dataset: {tech} sets its own batching ({knobs['batching']}); the dataset sets it here "
+                    "(padding, or --packing)")
+    try:
+        if args.lengths:
+            lengths, info = lengths_mod.from_file(args.lengths, max_length)
+        else:
+            ref = tokenizer_ref(q.model, args.tokenizer)
+            lengths, info = lengths_mod.from_dataset(args.dataset, lengths_mod.tokenizer(ref), max_length)
+            info["tokenizer"] = ref
+    except DatasetError as exc:
+        raise Usage(str(exc)) from None
+    profile = own["verdict_gpus"][gpu]
+    conf = knobs["alloc_conf"]
+    from bench.records import reuse
+    from bench.search.sample_cache import SampleCache
+    from bench.search.simpool import SimPool
+    with SimPool(args.jobs) as pool:
+        samples = SampleCache(pool, reuse.versions(), say=say)
+        if args.packing:
+            n = epoch.packed_steps(lengths, batch, max_length)
+            batches, widths = [[] for _ in range(n)], [-(-max_length // GRID) * GRID] * n
+        else:
+            batches = epoch_answer.orders(lengths, batch, args.seed, args.sampling)
+            widths = epoch.padded_widths(lengths, batches, args.pad_to_multiple_of)
+        padded = batch > 1 and not args.packing
+        fam, how = epoch_answer.family(spec_at, batch, padded, samples.run_many, say)
+        result = epoch_answer.epoch_answer(fam, lengths, batches, widths, conf, profile, max_length)
+        packing = None
+        if not args.packing:
+            pk = epoch_answer.family(spec_at, batch, False, samples.run_many, say)[0] if padded else fam
+            n = epoch.packed_steps(lengths, batch, max_length)
+            w = -(-max_length // GRID) * GRID
+            r = epoch_answer._run(pk, [w] * 4, conf)
+            packing = {"change": f"packing (rows of {max_length} tokens, {n} steps instead of {len(widths)})",
+                       "reserved_peak_bytes": r["reserved_peak_bytes"],
+                       "survives": r["reserved_peak_bytes"] <= result["capacity_bytes"]}
+        fixes = epoch_answer.remedies(fam, lengths, batches, widths, conf, profile, args.pad_to_multiple_of,
+                                      max_length, result, packing)
+    doc = {"model": q.model, "gpu": gpu, "technique": tech, "batch": batch, "max_length": max_length,
+           "dataset": info, "sampling": "packing" if args.packing else args.sampling, "seed": args.seed,
+           "pad_to_multiple_of": args.pad_to_multiple_of, "simulation": how, "epoch": result, "to_change": fixes,
+           "how": (f"each step's width is its batch's longest sample (rounded up to {GRID} tokens); the step derived "
+                   f"exactly at that width from simulations at {how['sample_seqs']} tokens; the caching allocator "
+                   "replayed over the epoch's steps in the trainer's order")}
+    code = 0 if result["survives"] else 1
+    if args.json:
+        doc["epoch"]["per_width"] = {str(k): v for k, v in result["per_width"].items()}
+        print(json.dumps(dict(doc, exit_code=code), indent=1))
+    else:
+        print(text(doc))
+    return code
+
+
+def _g(b) -> str:
+    return f"{b / GiB:.2f} GiB"
+
+
+def text(doc: dict) -> str:
+    info, ep, cap = doc["dataset"], doc["epoch"], doc["epoch"]["capacity_bytes"]
+    lines = [f"{doc['model']} {doc['technique']} on {doc['gpu']} ({_g(cap)} for the allocator), batch {doc['batch']}, "
+             f"max_length {doc['max_length']}",
+             f"dataset {info['source']}: {info['samples']} samples"
+             + (f" ({info['dataset_type']}, tokenized with {info['tokenizer']})" if "tokenizer" in info else "")
+             + f"; longest {info['longest']} tokens; {info['truncated_samples']} truncated at {info['max_length']} "
+             f"({info['tokens_cut']} tokens cut)",
+             f"epoch: {ep['steps']} steps, {doc['sampling']} sampling"
+             + ("" if doc["sampling"] == "packing" else f" (seed {doc['seed']}), each padded to its longest sample")
+             + (f"; {ep['replayed_steps']} of them replayed (the first {epoch.HEAD}, and each step that is the "
+                f"longest so far with {epoch.AROUND} on either side; the others are no longer than one before them)"
+                if ep["replayed_steps"] < ep["steps"] else "; every step replayed")]
+    oom = ep["first_oom"]
+    if ep["survives"]:
+        lines.append(f"survives the epoch: reserved climbs to {_g(ep['reserved_peak_bytes'])} of {_g(cap)}")
+    elif oom:
+        where = "while the model builds" if oom["during"] else \
+            f"at step {oom['step']} (width {oom['width']}; lengths {', '.join(map(str, oom['lengths']))})"
+        lines.append(f"oom {where}: {oom['op']} asks {_g(oom['bytes'])} beyond {_g(cap)}")
+    else:
+        lines.append(f"does not fit: reserved reaches {_g(ep['reserved_peak_bytes'])} of {_g(cap)}")
+    p = ep["per_step_allocated"]
+    lines.append(f"allocated peak per step: p50 {_g(p['p50'])}, p99 {_g(p['p99'])}, max {_g(p['max'])}")
+    lines.append("reserved staircase: " + ", ".join(f"step {s['step']} (width {s['width']}) {_g(s['reserved_bytes'])}"
+                                                    for s in ep["staircase"]))
+    if doc["to_change"]:
+        lines.append("what to change:")
+        for f in doc["to_change"]:
+            figure = f" -> {_g(f['reserved_peak_bytes'])}" if f.get("reserved_peak_bytes") else ""
+            cut = (f" (cuts {f['samples_cut']} samples, {f['tokens_cut']} tokens, {f['tokens_share']:.1%})"
+                   if "samples_cut" in f else "")
+            lines.append(f"  {f['change']}{cut}{figure}: {'survives' if f.get('survives') else 'still oom'}"
+                         + (f" ({f['why']})" if f.get("why") else ""))
+        if doc["batch"] > 1:
+            lines.append(f"  a smaller batch with gradient accumulation: ask again with --batch {doc['batch'] // 2}")
+    lines.append(f"how: {doc['how']}")
+    return "\n".join(lines)
