@@ -33,6 +33,9 @@ localrules: table, report, fits, published, published_table, published_scoreboar
 # sim cells get a fits search (bench/search/fits.py): how far each model x technique goes on each GPU
 # FIT_JOBS (bench/runner/resources.py): simulations at once per search: one, searches side by side
 SIM_CELLS = [c for c, spec in CELLS.items() if spec["mode"] == "sim"]
+# the report's dataset study (rule dataset_epoch) belongs to the default matrix's report; another
+# matrix's report leaves it out unless --config dataset_study=1
+DATASET_STUDY = str(config.get("dataset_study", int(os.path.abspath(MATRIX) == os.path.abspath(DEFAULT_MATRIX)))) != "0"
 
 
 # The run's warm sim engine (bench/runner/simengine.py): sim cells run in forks of warm servers instead
@@ -143,16 +146,36 @@ rule table:
         "{PY} -m report.table {input} --matrix {MATRIX} --out {output.table} > {log} 2>&1"
 
 
+rule dataset_epoch:
+    # one real dataset's epoch, padded and packed, for the report's "Your data, your peak" section
+    # (bench/dataset/study.py): its dataset and tokenizer are inputs, so a changed one reruns it
+    input:
+        "tests/data/c4-demo.jsonl",
+        "matrix/tokenizers/mistral-7b-v0.1/tokenizer.json",
+    output:
+        "results/dataset/epoch.json",
+    log:
+        "results/logs/dataset-epoch.log",
+    threads: FIT_JOBS
+    resources:
+        gpu=0,
+    shell:
+        "{PY} -m bench.dataset.study --out {output} --jobs {threads} > {log} 2>&1"
+
+
 rule report:
     input:
         table=rules.table.output.table,
         fits=rules.fits.output[0],
+        dataset=rules.dataset_epoch.output[0] if DATASET_STUDY else [],
     output:
         "results/report.html",
     log:
         "results/logs/report.log",
+    params:
+        dataset=lambda wildcards, input: f"--dataset-epoch {input.dataset}" if DATASET_STUDY else "",
     shell:
-        "{PY} -m report.build {input.table} --fits {input.fits} --out {output} > {log} 2>&1"
+        "{PY} -m report.build {input.table} --fits {input.fits} {params.dataset} --out {output} > {log} 2>&1"
 
 
 # Two results folders compared (report/versus.py); an incomplete comparison fails the job,

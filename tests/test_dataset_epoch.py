@@ -73,14 +73,14 @@ def test_the_first_oom_is_the_first_batch_too_wide(sims):
     batches = [[2 * k, 2 * k + 1] for k in range(len(widths))]
     lengths = [n for w in widths for n in (w, 10)]
     got = answer.epoch_answer(fam, lengths, batches, widths, None, profile, 2048)
-    assert not got["survives"] and got["first_oom"]["step"] == 4
+    assert not got["survives"] and got["verdict"] == "oom" and got["first_oom"]["step"] == 4
     assert got["first_oom"]["lengths"] == [1536, 10] and got["first_oom"]["width"] == 1536
     stairs_ = [s["reserved_bytes"] for s in got["staircase"]]
     assert stairs_ == sorted(stairs_) and got["staircase"][-1]["width"] == 2048
     cut = answer.shortest_cut(fam, lengths, batches, None, profile, None, 2048)
     assert cut["max_length"] == 1024 and cut["samples_cut"] == 2 and cut["tokens_cut"] == 512 + 1024
     fine = answer.epoch_answer(fam, lengths, batches, widths, None, {"memory_bytes": 80 * 2 ** 30}, 2048)
-    assert fine["survives"] and fine["first_oom"] is None
+    assert fine["survives"] and fine["verdict"] == "fits" and fine["first_oom"] is None
     assert fine["per_step_allocated"]["max"] == fine["per_width"][2048]["allocated_bytes"]
 
 
@@ -102,3 +102,18 @@ def test_fit_lengths_end_to_end(sims, tmp_path):
     bad = subprocess.run([*cmd[:-4], "--lengths", str(tmp_path / "none.txt")], capture_output=True, text=True,
                          env=env, cwd=REPO, timeout=600)
     assert bad.returncode == 2 and "none.txt: cannot read it" in bad.stderr
+
+
+def test_tight_when_only_releasing_the_cache_gets_through(sims):
+    """Growing widths leave cached blocks too small for the next step: uncapped, the allocator
+    reserves more than the widest step alone; under a cap between the two it frees its cache
+    and goes on (bench/estimate/allocator.py), the verdict bench/estimate/verdicts.py calls tight."""
+    fam = sims["family"]
+    widths = [512, 1024, 1536, 2048, 2048]
+    grown = replay.replay(fam.epoch(widths))["reserved_peak_bytes"]
+    alone = replay.replay(fam.epoch([2048] * 5))["reserved_peak_bytes"]
+    assert alone < grown
+    profile = {"memory_bytes": (alone + grown) // 2 + verdicts.RESERVE_BYTES}
+    batches = [[k] for k in range(len(widths))]
+    got = answer.epoch_answer(fam, widths, batches, widths, None, profile, 2048)
+    assert got["verdict"] == "tight" and got["survives"] and got["first_oom"] is None

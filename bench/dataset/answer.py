@@ -71,9 +71,15 @@ def epoch_answer(fam: Family, lengths: list[int], batches: list[list[int]], widt
                    "op": failed["op"], "bytes": failed["bytes"], "during": "the build" if failed["step"] < 0 else None}
     per_width = _per_width(fam, sorted(set(widths)), conf)
     alloc = [per_width[w]["allocated_bytes"] for w in widths]
-    return {"steps": len(widths), "replayed_steps": len(steps), "capacity_bytes": cap,
+    by_step = [{"step": k, "width": widths[k], "reserved_bytes": res[j],
+                "allocated_bytes": free["step_allocated_peak_bytes"][j]} for j, k in enumerate(steps)]
+    return {"steps": len(widths), "replayed_steps": len(steps), "capacity_bytes": cap, "by_step": by_step,
             "reserved_peak_bytes": free["reserved_peak_bytes"], "allocated_peak_bytes": free["allocated_peak_bytes"],
-            "staircase": stairs, "first_oom": oom, "survives": oom is None and free["reserved_peak_bytes"] <= cap,
+            "staircase": stairs, "first_oom": oom,
+            # as bench/estimate/verdicts.py judges a step: tight = no allocation fails, but only because the
+            # allocator released its cache (cudaFree and a synchronize) when the cap was reached
+            "verdict": "oom" if oom else "fits" if free["reserved_peak_bytes"] <= cap else "tight",
+            "survives": oom is None,
             "per_step_allocated": {"p50": epoch.percentile(alloc, 50), "p99": epoch.percentile(alloc, 99),
                                    "max": max(alloc)},
             "per_width": per_width}
@@ -98,7 +104,8 @@ def shortest_cut(fam: Family, lengths: list[int], batches, conf, profile, pad_to
         if _run(fam, [m] * 4, conf)["reserved_peak_bytes"] > cap:
             continue
         cut = [min(n, m) for n in lengths]
-        widths = epoch.padded_widths(cut, batches, pad_to)
+        packed = not any(batches)   # packing: every row m tokens
+        widths = [m] * 4 if packed else epoch.padded_widths(cut, batches, pad_to)
         steps = epoch.replayed(widths)
         r = _run(fam, [widths[k] for k in steps], conf)
         if r["reserved_peak_bytes"] <= cap:
@@ -116,7 +123,7 @@ def remedies(fam, lengths, batches, widths, conf, profile, pad_to, max_length, r
         r = _run(fam, [widths[k] for k in steps], EXPANDABLE)
         out.append({"change": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "reserved_peak_bytes":
                     r["reserved_peak_bytes"], "survives": r["reserved_peak_bytes"] <= cap})
-    if not result["survives"]:
+    if result["verdict"] != "fits":
         cut = shortest_cut(fam, lengths, batches, conf, profile, pad_to, max_length)
         out.append({"change": f"max_length {cut['max_length']}" if cut else "a shorter max_length",
                     **(cut or {"survives": False, "why": f"none from {max_length - GRID} down to {GRID} survives"}),

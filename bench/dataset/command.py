@@ -1,6 +1,8 @@
 """The ``--dataset`` / ``--lengths`` half of ``ft-membench fit``: one recipe on one GPU over an epoch
-of the user's data (bench/dataset/answer.py), printed as text or one JSON object. Exit 0: the epoch
-survives; 1: an out-of-memory at some step; 2: bad input (the file, row or key, and why)."""
+of the user's data (bench/dataset/answer.py), printed as text or one JSON object. Exit status as
+``fit``'s guard: 0 the epoch fits; 1 an out-of-memory at some step, or tight (no allocation fails,
+but only because the allocator releases its cache: 0 with ``--allow-tight``); 2 bad input (the file,
+row or key, and why)."""
 from __future__ import annotations
 
 import json
@@ -17,10 +19,15 @@ GiB = 2 ** 30
 
 
 def tokenizer_ref(model: str, given: str | None) -> str:
-    """The tokenizer to read: ``--tokenizer``, else the model's Hub id (a matrix model's ``_source``)."""
+    """The tokenizer to read: ``--tokenizer``, else the matrix's own folder for the model
+    (matrix/tokenizers/MODEL), else the model's Hub id (a matrix model's ``_source``), else the
+    folder of a config.json path, else the argument as a Hub id."""
     if given:
         return given
-    p = fitcells.matrix.DEFAULT_MATRIX.parent / "models" / f"{model}.json"
+    base = fitcells.matrix.DEFAULT_MATRIX.parent
+    if (base / "tokenizers" / model / "tokenizer.json").is_file():
+        return str(base / "tokenizers" / model)
+    p = base / "models" / f"{model}.json"
     if p.is_file():
         src = json.loads(p.read_text()).get("_source", "")
         if src.endswith("/config.json"):
@@ -30,19 +37,26 @@ def tokenizer_ref(model: str, given: str | None) -> str:
     return model
 
 
-def run(args, q, gpu: str, say) -> int:
-    techniques = q.techniques or []
-    if len(techniques) != 1:
-        raise Usage("--dataset answers one recipe at a time: give --techniques with one (e.g. lora+gc+bf16)")
-    tech = techniques[0]
-    batch, max_length = q.batch or 1, q.seq or 2048
+class Asked:
+    """The dataset question, as ``run`` takes it from the command line and the report's study
+    (bench/dataset/study.py) sets it."""
+
+    def __init__(self, dataset=None, lengths=None, tokenizer=None, sampling="random", seed=42,
+                 pad_to_multiple_of=None, packing=False, jobs=2, trust_remote_code=False):
+        self.dataset, self.lengths, self.tokenizer, self.sampling, self.seed = dataset, lengths, tokenizer, sampling, seed
+        self.pad_to_multiple_of, self.packing, self.jobs = pad_to_multiple_of, packing, jobs
+        self.trust_remote_code = trust_remote_code
+
+
+def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: int, options=None, say=print) -> dict:
+    """The epoch answer as one dict (what ``--json`` prints, less ``exit_code``)."""
     if max_length % GRID:
         say(f"ft-membench: note: widths are judged in {GRID}-token steps: --seq {max_length} judged as "
             f"{-(-max_length // GRID) * GRID} at most")
 
     def spec_at(seq: int, padded: bool) -> dict:
         name = f"{tech}+padding-growing" if padded else tech
-        (spec,) = fitcells.specs(q.model, gpu, [name], seq, batch, q.options, args.trust_remote_code).values()
+        (spec,) = fitcells.specs(model, gpu, [name], seq, batch, options, args.trust_remote_code).values()
         return dict(spec, cross_check=False)
 
     own = spec_at(max_length, False)
@@ -58,7 +72,7 @@ def run(args, q, gpu: str, say) -> int:
         if args.lengths:
             lengths, info = lengths_mod.from_file(args.lengths, max_length)
         else:
-            ref = tokenizer_ref(q.model, args.tokenizer)
+            ref = tokenizer_ref(model, args.tokenizer)
             lengths, info = lengths_mod.from_dataset(args.dataset, lengths_mod.tokenizer(ref), max_length)
             info["tokenizer"] = ref
     except DatasetError as exc:
@@ -90,15 +104,24 @@ def run(args, q, gpu: str, say) -> int:
                        "survives": r["reserved_peak_bytes"] <= result["capacity_bytes"]}
         fixes = epoch_answer.remedies(fam, lengths, batches, widths, conf, profile, args.pad_to_multiple_of,
                                       max_length, result, packing)
-    doc = {"model": q.model, "gpu": gpu, "technique": tech, "batch": batch, "max_length": max_length,
-           "dataset": info, "sampling": "packing" if args.packing else args.sampling, "seed": args.seed,
-           "pad_to_multiple_of": args.pad_to_multiple_of, "simulation": how, "epoch": result, "to_change": fixes,
-           "how": (f"each step's width is its batch's longest sample (rounded up to {GRID} tokens); the step derived "
-                   f"exactly at that width from simulations at {how['sample_seqs']} tokens; the caching allocator "
-                   "replayed over the epoch's steps in the trainer's order")}
-    code = 0 if result["survives"] else 1
+    result["per_width"] = {str(k): v for k, v in result["per_width"].items()}
+    return {"model": model, "gpu": gpu, "technique": tech, "batch": batch, "max_length": max_length,
+            "dataset": info, "sampling": "packing" if args.packing else args.sampling, "seed": args.seed,
+            "pad_to_multiple_of": args.pad_to_multiple_of, "simulation": how, "epoch": result, "to_change": fixes,
+            "versions": reuse.versions(),
+            "how": (f"each step's width is its batch's longest sample (rounded up to {GRID} tokens); the step derived "
+                    f"exactly at that width from simulations at {how['sample_seqs']} tokens; the caching allocator "
+                    "replayed over the epoch's steps in the trainer's order")}
+
+
+def run(args, q, gpu: str, say) -> int:
+    techniques = q.techniques or []
+    if len(techniques) != 1:
+        raise Usage("--dataset answers one recipe at a time: give --techniques with one (e.g. lora+gc+bf16)")
+    doc = answer_doc(args, q.model, gpu, techniques[0], q.batch or 1, q.seq or 2048, q.options, say)
+    verdict = doc["epoch"]["verdict"]
+    code = 0 if verdict == "fits" or (verdict == "tight" and args.allow_tight) else 1   # as fit's guard
     if args.json:
-        doc["epoch"]["per_width"] = {str(k): v for k, v in result["per_width"].items()}
         print(json.dumps(dict(doc, exit_code=code), indent=1))
     else:
         print(text(doc))
@@ -123,8 +146,13 @@ def text(doc: dict) -> str:
                 f"longest so far with {epoch.AROUND} on either side; the others are no longer than one before them)"
                 if ep["replayed_steps"] < ep["steps"] else "; every step replayed")]
     oom = ep["first_oom"]
-    if ep["survives"]:
+    if ep["verdict"] == "fits":
         lines.append(f"survives the epoch: reserved climbs to {_g(ep['reserved_peak_bytes'])} of {_g(cap)}")
+    elif ep["verdict"] == "tight":
+        over = next(s for s in ep["staircase"] if s["reserved_bytes"] > cap)
+        lines.append(f"tight: survives the epoch only by releasing the allocator's cache (cudaFree and a synchronize) "
+                     f"from step {over['step']} (width {over['width']}) on; on a card big enough it would reserve "
+                     f"{_g(ep['reserved_peak_bytes'])}, beyond {_g(cap)}")
     elif oom:
         where = "while the model builds" if oom["during"] else \
             f"at step {oom['step']} (width {oom['width']}; lengths {', '.join(map(str, oom['lengths']))})"
@@ -133,15 +161,19 @@ def text(doc: dict) -> str:
         lines.append(f"does not fit: reserved reaches {_g(ep['reserved_peak_bytes'])} of {_g(cap)}")
     p = ep["per_step_allocated"]
     lines.append(f"allocated peak per step: p50 {_g(p['p50'])}, p99 {_g(p['p99'])}, max {_g(p['max'])}")
-    lines.append("reserved staircase: " + ", ".join(f"step {s['step']} (width {s['width']}) {_g(s['reserved_bytes'])}"
-                                                    for s in ep["staircase"]))
+    shown, last = [], None
+    for s in ep["staircase"]:   # a rise under 0.01 GiB reads as the same figure: said once
+        if _g(s["reserved_bytes"]) != last:
+            shown.append(f"step {s['step']} (width {s['width']}) {_g(s['reserved_bytes'])}")
+            last = _g(s["reserved_bytes"])
+    lines.append("reserved staircase: " + ", ".join(shown))
     if doc["to_change"]:
         lines.append("what to change:")
         for f in doc["to_change"]:
             figure = f" -> {_g(f['reserved_peak_bytes'])}" if f.get("reserved_peak_bytes") else ""
             cut = (f" (cuts {f['samples_cut']} samples, {f['tokens_cut']} tokens, {f['tokens_share']:.1%})"
                    if "samples_cut" in f else "")
-            lines.append(f"  {f['change']}{cut}{figure}: {'survives' if f.get('survives') else 'still oom'}"
+            lines.append(f"  {f['change']}{cut}{figure}: {'fits' if f.get('survives') else 'does not fit'}"
                          + (f" ({f['why']})" if f.get("why") else ""))
         if doc["batch"] > 1:
             lines.append(f"  a smaller batch with gradient accumulation: ask again with --batch {doc['batch'] // 2}")
