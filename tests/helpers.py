@@ -82,3 +82,27 @@ def gpu_runs_and_twins(root: Path, gpu: str) -> tuple[dict, dict]:
     cuda = {c: r for c, r in rs.records.items() if f"__{gpu}__" in c}
     sim = {c: r for c, r in rs.records.items() if "__sim__" in c}
     return cuda, sim
+
+
+def sim_record(spec: dict) -> dict:
+    """A sim cell's record as the engine makes it: the reference's (results/reference/cells), where
+    it stands by the fit command's own rule (bench/fit/stored.py ``stored_record``: the record gate
+    against this spec, made by this engine code with these library versions), else simulated in
+    this process. A simulation is deterministic, so a standing record is the one a new run would
+    write (tests/test_reproduce.py reruns one against the reference); an engine change stops the
+    reuse, and the test simulates again."""
+    from bench.fit.stored import stored_record
+    from bench.records import record, reuse
+    rec, _ = stored_record(spec, [REPO / "results" / "reference" / "cells" / f"{spec['cell']}.json"],
+                           reuse.versions(), resimulate=True)
+    if rec is not None:
+        return rec
+    import bitsandbytes  # noqa: F401  (module constants real, before the fake mode)
+    import peft  # noqa: F401
+
+    from bench.worker.sim import simulate
+    rec = record.blank(spec)
+    rec.update(simulate.run(spec))
+    rec.pop("_trace", None)
+    rec["status"], rec["reason"] = "ok", ""
+    return rec

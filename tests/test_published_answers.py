@@ -29,10 +29,9 @@ from __future__ import annotations
 import pytest
 
 from bench.estimate import loadplan, speedcv, speedmodel
-from bench.records import record
 from bench.spec import matrix
 from report import claim, claims, table
-from tests.helpers import write_matrix
+from tests.helpers import sim_record, write_matrix
 
 pytestmark = pytest.mark.slow
 GIB = 2**30
@@ -40,16 +39,9 @@ STUDY, GPU = "sim-torchtune-8b-4090", "rtx-4090"
 
 
 def simulated(spec: dict) -> dict:
-    """The record a sim cell's worker writes (bench/worker/main.py), made in this process."""
-    import bitsandbytes  # noqa: F401  (module constants real, before the fake mode)
-    import peft  # noqa: F401
-
-    from bench.worker.sim import simulate
-    rec = record.blank(spec)
-    rec.update(simulate.run(spec))
-    rec.pop("_trace", None)
-    rec["status"], rec["reason"] = "ok", ""
-    return rec
+    """The record a sim cell's worker writes (bench/worker/main.py): the reference's where it stands,
+    else made in this process (tests/helpers.py ``sim_record``)."""
+    return sim_record(spec)
 
 
 def one(tmp_path, model: str, technique: str, gpus: list, **shape) -> dict:

@@ -17,6 +17,7 @@ import pytest
 
 from bench.estimate import speedcv, speedmodel
 from bench.spec import matrix
+from tests.helpers import sim_record
 
 pytestmark = pytest.mark.slow
 STUDY, GPU = "sim-torchtune-3b", "a100-80gb"
@@ -35,16 +36,13 @@ UNMATCHED = {
 
 @pytest.fixture(scope="module")
 def rows():
-    """{techniques: (published row, step cost, estimate on the A100)} for the study's cells."""
-    import bitsandbytes  # noqa: F401  (module constants real, before the fake mode)
-    import peft  # noqa: F401
-
-    from bench.worker.sim import simulate
+    """{techniques: (published row, step cost, estimate on the A100)} for the study's cells (their
+    records: the reference's where it stands, else simulated: tests/helpers.py ``sim_record``)."""
     cells = [s for s in matrix.load().values() if s["study"] == STUDY and s.get("published")]
     assert len(cells) == 10
     out = {}
     for s in cells:
-        details = simulate.run(s)["details"]
+        details = sim_record(s)["details"]
         out["+".join(s["techniques"])] = (s["published"], details["step_cost"], details["speed_model"][GPU])
     return out
 

@@ -1,10 +1,12 @@
 """The speed model ranks what FLOPs alone cannot: QLoRA computes the same GEMMs as bf16 LoRA
 but dequantizes every NF4 weight before each of them (and its default keeps the embeddings,
 norms and LM head in fp32), so on an H200 it must not come out fastest, though the FLOP count
-calls the two equal. Both cells of ``sim-7b-8b`` are simulated."""
+calls the two equal. Both cells of ``sim-7b-8b`` (their records: the reference's where they stand,
+else simulated: tests/helpers.py ``sim_record``)."""
 import pytest
 
 from bench.spec import matrix
+from tests.helpers import sim_record
 
 pytestmark = pytest.mark.slow
 MODEL, GPU = "llama-3.1-8b", "h200"
@@ -12,16 +14,12 @@ MODEL, GPU = "llama-3.1-8b", "h200"
 
 @pytest.fixture(scope="module")
 def estimates():
-    import bitsandbytes  # noqa: F401
-    import peft  # noqa: F401
-
-    from bench.worker.sim import simulate
     cells = matrix.load()
     out = {}
     for combo in ("lora+gc+bf16", "qlora+gc"):
         spec = cells[f"{MODEL}__sim__{combo}"]
         assert GPU in spec["verdict_gpus"]
-        rec = simulate.run(spec)
+        rec = sim_record(spec)
         out[combo] = (rec["flops_per_step"], rec["details"]["speed_model"][GPU], rec["details"]["step_cost"])
     return out
 

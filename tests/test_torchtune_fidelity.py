@@ -14,6 +14,7 @@ matched must be within 10%. The others are printed with the reason they cannot b
 import pytest
 
 from bench.spec import matrix
+from tests.helpers import sim_record
 
 pytestmark = pytest.mark.slow
 STUDY = "sim-torchtune-3b"
@@ -47,14 +48,11 @@ NOTES = {
 
 @pytest.fixture(scope="module")
 def rows():
-    """{techniques: (published, simulated record fields)} for every cell of the study."""
-    import bitsandbytes  # noqa: F401  (module constants real, before the fake mode)
-    import peft  # noqa: F401
-
-    from bench.worker.sim import simulate
+    """{techniques: (published, the cell's record)} for every cell of the study (the reference's
+    where it stands, else simulated: tests/helpers.py ``sim_record``)."""
     cells = [s for s in matrix.load().values() if s["study"] == STUDY and s.get("published")]
     assert len(cells) == 10
-    return {"+".join(s["techniques"]): (s["published"], simulate.run(s)) for s in cells}
+    return {"+".join(s["techniques"]): (s["published"], sim_record(s)) for s in cells}
 
 
 def test_published_rows_within_ten_percent_where_matched(rows):
