@@ -163,17 +163,33 @@ rule dataset_epoch:
         "{PY} -m bench.dataset.study --out {output} --jobs {threads} > {log} 2>&1"
 
 
+rule dataset_hostload:
+    # host memory of the dataset's load paths, measured on this machine (bench/dataset/hostload.py)
+    input:
+        "tests/data/c4-demo.jsonl",
+    output:
+        "results/dataset/hostload.json",
+    log:
+        "results/logs/dataset-hostload.log",
+    resources:
+        gpu=0,
+    shell:
+        "{PY} -m bench.dataset.hostload --out {output} > {log} 2>&1"
+
+
 rule report:
     input:
         table=rules.table.output.table,
         fits=rules.fits.output[0],
         dataset=rules.dataset_epoch.output[0] if DATASET_STUDY else [],
+        hostload=rules.dataset_hostload.output[0] if DATASET_STUDY else [],
     output:
         "results/report.html",
     log:
         "results/logs/report.log",
     params:
-        dataset=lambda wildcards, input: f"--dataset-epoch {input.dataset}" if DATASET_STUDY else "",
+        dataset=lambda wildcards, input: (f"--dataset-epoch {input.dataset} --dataset-hostload {input.hostload}"
+                                          if DATASET_STUDY else ""),
     shell:
         "{PY} -m report.build {input.table} --fits {input.fits} {params.dataset} --out {output} > {log} 2>&1"
 

@@ -112,7 +112,8 @@ MODE_ORDER = ("cuda", "sim", "cpu")   # full-size answers before the small-model
 
 
 def render(df: pd.DataFrame, commit: str | None = None, built_at: str | None = None,
-           fits: pd.DataFrame | None = None, published: pd.DataFrame | None = None, dataset_epoch=None) -> str:
+           fits: pd.DataFrame | None = None, published: pd.DataFrame | None = None, dataset_epoch=None,
+           dataset_hostload=None) -> str:
     """The whole page as one HTML string (``fits``: the fits search's table, or None; ``published``:
     the published corpus's cell table, read by the scoreboard section alone, or None)."""
     present = [m for m in df["mode"].unique() if m]
@@ -127,7 +128,7 @@ def render(df: pd.DataFrame, commit: str | None = None, built_at: str | None = N
         gib=GIB, n_cells=len(df), answer=lookup.section(df, fits), scope=scope.section(df, fits),
         statuses=df["status"].value_counts().to_dict(),
         modes=mode_blocks, sections=[s for s in (*(_page_section(f, df, published) for f in PAGE_SECTIONS),
-                                                  dataset_epoch_section.section(dataset_epoch),
+                                                  dataset_epoch_section.section(dataset_epoch, dataset_hostload),
                                                   consistency.section(df, fits)) if s],
         filters=filters(df, modes),
         footer=footer(df, commit or git_commit(),
@@ -149,6 +150,8 @@ def main(argv=None) -> int:
                                    "sequence and batch columns read 'not searched'")
     ap.add_argument("--dataset-epoch", help="the dataset study (results/dataset/epoch.json, bench/dataset/study.py): "
                                             "its section; without it the section is left out")
+    ap.add_argument("--dataset-hostload", help="the load paths' host memory (results/dataset/hostload.json, "
+                                               "bench/dataset/hostload.py), shown in the dataset section")
     ap.add_argument("--published", help="the published corpus's cell table (results/published/table.csv, "
                                         "snakemake published): read by the scoreboard section only")
     args = ap.parse_args(argv)
@@ -159,7 +162,8 @@ def main(argv=None) -> int:
     except (TableError, FitsError) as exc:  # a cut or corrupt table must not become a report that looks whole
         print(f"report.build: error: {exc}", file=sys.stderr)
         return 2
-    html = render(df, fits=fits, published=published, dataset_epoch=args.dataset_epoch)
+    html = render(df, fits=fits, published=published, dataset_epoch=args.dataset_epoch,
+                  dataset_hostload=args.dataset_hostload)
     try:
         atomic.write_text(args.out, html)
     except OSError as exc:  # a full disk: one line naming the file, no partial page (atomic.py)

@@ -17,6 +17,8 @@ import seaborn as sns
 
 from report import GIB, plots
 
+MiB = 2 ** 20
+
 ROOT = Path(__file__).resolve().parents[1]
 FORMAT = 1
 TITLE = "Your data, your peak: an epoch of a real dataset, padded and packed"
@@ -102,14 +104,72 @@ def lines(doc: dict) -> list[str]:
     return out
 
 
-def section(path) -> dict | None:
+HOST_PATHS = {
+    "json-lists": "json.loads per line into Python lists, tokenized into lists of ids",
+    "datasets-map": "datasets.load_dataset('json') (Arrow, memory-mapped), .map(tokenize, batched=True)",
+    "datasets-map-num-proc-2": "the same with num_proc=2",
+    "dataloader-workers-0": "the tokenized Arrow dataset through a DataLoader (batch 4, padded), no workers",
+    "dataloader-workers-2": "the same with num_workers=2, prefetch_factor 2",
+}
+
+
+def read_host(path) -> tuple[dict | None, str | None]:
+    """The host-memory measurements (bench/dataset/hostload.py), checked: its format and keys, and
+    the dataset it measured still the one in the tree."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"{path}: cannot read it ({exc})"
+    try:
+        assert doc["format"] == 1 and doc["rows"]
+        for r in doc["rows"]:
+            assert r["path"] in HOST_PATHS and isinstance(r["peak_above_baseline_bytes"], int)
+            assert isinstance(r["dataset_bytes"], int) and isinstance(r["scale"], int)
+        data = ROOT / doc["dataset"]
+        same = data.is_file() and hashlib.sha256(data.read_bytes()).hexdigest() == doc["dataset_sha256"]
+    except (KeyError, TypeError, AssertionError):
+        return None, f"{path}: not a host-memory measurement (a key is missing or of the wrong type)"
+    if not same:
+        return None, f"{path} is stale: {doc['dataset']} changed since it was measured; rerun it"
+    return doc, None
+
+
+def host_rows(doc: dict) -> list[dict]:
+    scales = sorted({r["scale"] for r in doc["rows"]})
+    out = []
+    for path, what in HOST_PATHS.items():
+        got = {r["scale"]: r for r in doc["rows"] if r["path"] == path}
+        if not got:
+            continue
+        slope = doc.get("growth", {}).get(path)
+        out.append({"path": path, "what": what,
+                    "cells": [f"{got[k]['peak_above_baseline_bytes'] / MiB:.0f}" if k in got else "—" for k in scales],
+                    "growth": "—" if slope is None else f"{slope:.1f}"})
+    return out
+
+
+def section(path, host=None) -> dict | None:
     """The section, or a note of why the study is missing, stale or unreadable; None without a path."""
     if path is None:
         return None
     doc, why = read(path)
+    extra = {"host": None, "host_sizes": [], "host_note": None}
+    if host is not None:
+        hd, hwhy = read_host(host)
+        extra = {"host": None, "host_sizes": [], "host_note": hwhy} if hd is None else {
+            "host": host_rows(hd), "host_sizes": [f"{r['dataset_bytes'] / MiB:.1f} MiB" for r in
+                                                 sorted({r["scale"]: r for r in hd["rows"]}.values(), key=lambda r: r["scale"])],
+            "host_note": (f"cpu-measured on this project's machine ({hd['machine']['cpus']} cores, Python "
+                          f"{hd['machine']['python']}; datasets {hd['versions']['datasets']}, pyarrow "
+                          f"{hd['versions']['pyarrow']}): {hd['dataset']} repeated, tokenized with {hd['tokenizer']}. "
+                          "Peak proportional set size (shared pages divided) of the process and its children, sampled "
+                          f"every {int(hd['sample_s'] * 1000)} ms, above what it holds once its libraries are imported; "
+                          "growth: MiB of that peak per MiB of dataset (least squares). Pages of a memory-mapped Arrow "
+                          "file count once read, though the kernel can drop them under pressure. pin_memory is off: no "
+                          "GPU here.")}
     if doc is None:
-        return {"kind": "dataset_epoch", "title": TITLE, "lines": [f"Not shown: {why}"], "image": None}
-    return {"kind": "dataset_epoch", "title": TITLE, "lines": lines(doc),
+        return {"kind": "dataset_epoch", "title": TITLE, "lines": [f"Not shown: {why}"], "image": None, **extra}
+    return {"kind": "dataset_epoch", "title": TITLE, "lines": lines(doc), **extra,
             "image": plots.data_uri(plots.png(figure(doc))),
             "alt": "line chart of reserved and allocated memory per training step, padded against packed",
             "caption": (f"Each step of one epoch of {doc['padding']['dataset']['source']}, in the order a "
