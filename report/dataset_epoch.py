@@ -3,8 +3,8 @@
 answer in words, and what to change.
 
 Every reader checks what it reads: ``read`` returns (doc, None) or (None, why), and a file that is
-stale (another engine digest than this code's, or a dataset or tokenizer changed since) or cut
-is shown as such, never as an answer.
+stale (another engine digest than this code's, bench/dataset/ changed, or a dataset or tokenizer
+changed since) or cut is shown as such, never as an answer.
 """
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ def read(path) -> tuple[dict | None, str | None]:
         return None, f"{path}: not a dataset-epoch study (a key is missing or of the wrong type)"
     if made != here:
         return None, (f"{path} is stale: made by engine {made[:8]}, this code is {here[:8]}; "
+                      "rerun `snakemake --cores 1 results/dataset/epoch.json`")
+    from bench.dataset import study
+    if doc.get("code_sha256") != study.code_digest():
+        return None, (f"{path} is stale: bench/dataset/ changed since it was made; "
                       "rerun `snakemake --cores 1 results/dataset/epoch.json`")
     for rel, sha in doc["inputs_sha256"].items():
         f = ROOT / rel
@@ -131,6 +135,9 @@ def read_host(path) -> tuple[dict | None, str | None]:
         return None, f"{path}: not a host-memory measurement (a key is missing or of the wrong type)"
     if not same:
         return None, f"{path} is stale: {doc['dataset']} changed since it was measured; rerun it"
+    from bench.dataset import hostload
+    if doc.get("code_sha256") != hostload.code_digest():
+        return None, f"{path} is stale: bench/dataset/hostload.py changed since it was measured; rerun it"
     return doc, None
 
 

@@ -41,6 +41,9 @@ def test_the_report_reads_whole_measurements_only(measured, tmp_path):
     stale = tmp_path / "stale.json"
     stale.write_text(json.dumps(dict(measured, dataset_sha256="0" * 64)))
     assert "changed since it was measured" in dataset_epoch.read_host(stale)[1]
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(dict(measured, code_sha256="0" * 64)))
+    assert "hostload.py changed since it was measured" in dataset_epoch.read_host(other)[1]
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(dict(measured, rows=[{"path": "json-lists"}])))
     assert "not a host-memory measurement" in dataset_epoch.read_host(bad)[1]

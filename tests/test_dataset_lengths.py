@@ -123,3 +123,41 @@ def test_widths_and_the_replayed_steps():
     keep = epoch.replayed(widths)
     assert keep == [*range(8), 498, 499, 500, 501, 502, 898, 899, 900, 901, 902]
     assert epoch.percentile([1, 2, 3, 4], 50) == 2 and epoch.percentile([1, 2, 3, 4], 99) == 4
+
+
+def test_parquet_and_arrow_rows_are_the_jsonl_rows(tmp_path, tokenizer_dir):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    rows = [{"text": "the a of"}, {"text": "to and in is"}]
+    table = pa.Table.from_pylist(rows)
+    pq.write_table(table, tmp_path / "d.parquet")
+    with pa.OSFile(str(tmp_path / "d.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    tok = lengths.tokenizer(tokenizer_dir)
+    want = lengths.from_dataset(write_jsonl(tmp_path / "d.jsonl", rows), tok, 100)[0]
+    assert lengths.from_dataset(str(tmp_path / "d.parquet"), tok, 100)[0] == want == [4, 5]
+    assert lengths.from_dataset(str(tmp_path / "d.arrow"), tok, 100)[0] == want
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    with pytest.raises(DatasetError, match="bad.parquet: cannot read it as .parquet"):
+        lengths.rows(str(tmp_path / "bad.parquet"))
+
+
+def test_a_hub_dataset_not_in_the_cache_says_how_to_get_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    with pytest.raises(DatasetError) as exc:
+        lengths.rows("nobody/no-such-dataset-xyz")
+    assert "not a dataset in the local Hugging Face cache" in str(exc.value)
+    assert "hf download --repo-type dataset nobody/no-such-dataset-xyz" in str(exc.value)
+
+
+def test_a_hub_dataset_in_the_cache_is_read_offline(monkeypatch, tmp_path, tokenizer_dir):
+    """The layout huggingface_hub writes (datasets--ORG--NAME/refs/main, snapshots/REV/...), made here."""
+    repo = tmp_path / "hub" / "datasets--acme--chat"
+    (repo / "snapshots" / "abc123" / "data").mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    write_jsonl(repo / "snapshots" / "abc123" / "data" / "train.jsonl", [{"text": "the a of"}, {"text": "to and"}])
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    got, info = lengths.from_dataset("acme/chat", lengths.tokenizer(tokenizer_dir), 100)
+    assert got == [4, 3] and info["source"] == "acme/chat"

@@ -40,6 +40,11 @@ def test_a_study_made_by_other_engine_code_is_stale(tmp_path):
     assert dataset_epoch.section(path)["image"] is None
 
 
+def test_a_study_made_by_other_dataset_code_is_stale(tmp_path):
+    path = _edit(tmp_path, lambda d: d.update(code_sha256="0" * 64))
+    assert "bench/dataset/ changed since it was made" in dataset_epoch.read(path)[1]
+
+
 def test_a_changed_dataset_makes_it_stale(tmp_path):
     path = _edit(tmp_path, lambda d: d["inputs_sha256"].update({"tests/data/c4-demo.jsonl": "f" * 64}))
     assert "tests/data/c4-demo.jsonl changed since it was made" in dataset_epoch.read(path)[1]
@@ -54,3 +59,10 @@ def test_cut_or_foreign_files_are_named(tmp_path):
     path = _edit(tmp_path, lambda d: d["padding"]["epoch"].update(verdict="maybe"))
     assert "not a dataset-epoch study" in dataset_epoch.read(path)[1]
     assert dataset_epoch.section(None) is None
+
+
+def test_the_study_digest_covers_every_module_it_runs():
+    """A module added to bench/dataset/ is either in the study's code digest or named here as not run by it."""
+    from bench.dataset import study
+    files = {p.name for p in (REPO / "bench" / "dataset").glob("*.py")} - {"__init__.py", "hostload.py"}
+    assert set(study.CODE) == files

@@ -104,6 +104,16 @@ def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: in
                        "survives": r["reserved_peak_bytes"] <= result["capacity_bytes"]}
         fixes = epoch_answer.remedies(fam, lengths, batches, widths, conf, profile, args.pad_to_multiple_of,
                                       max_length, result, packing)
+        if not args.packing and args.sampling != "group_by_length" and batch > 1:
+            # bucketing: the trainer's own length-grouped order (same steps, batches of like lengths)
+            grouped = epoch.padded_widths(lengths, epoch_answer.orders(lengths, batch, args.seed, "group_by_length"),
+                                          args.pad_to_multiple_of)
+            steps = epoch.replayed(grouped)
+            r = epoch_answer._run(fam, [grouped[k] for k in steps], conf)
+            fixes.append({"change": "train_sampling_strategy='group_by_length' (batches of like lengths, the "
+                                    f"longest first: {sum(grouped)} padded tokens a row in all, against {sum(widths)})",
+                          "reserved_peak_bytes": r["reserved_peak_bytes"],
+                          "survives": r["reserved_peak_bytes"] <= result["capacity_bytes"]})
     result["per_width"] = {str(k): v for k, v in result["per_width"].items()}
     return {"model": model, "gpu": gpu, "technique": tech, "batch": batch, "max_length": max_length,
             "dataset": info, "sampling": "packing" if args.packing else args.sampling, "seed": args.seed,

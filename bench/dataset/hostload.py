@@ -154,8 +154,15 @@ def run(scales: list[int], paths=PATHS, say=print) -> dict:
     import hashlib
     return {"format": 1, "dataset": str(DATA.relative_to(ROOT)), "tokenizer": str(TOKENIZER.relative_to(ROOT)),
             "dataset_sha256": hashlib.sha256(DATA.read_bytes()).hexdigest(), "sample_s": SAMPLE_S,
+            "code_sha256": code_digest(),
             "scales": scales, "rows": rows, "growth": growth(rows), "versions": _versions(),
             "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+
+
+def code_digest() -> str:
+    """sha256 of this file: what it measures and how."""
+    import hashlib
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 
 
 def growth(rows: list[dict]) -> dict:

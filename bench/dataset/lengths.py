@@ -3,8 +3,9 @@
     lengths, info = from_dataset("chat.jsonl", tokenizer, max_length=4096)
     lengths, info = from_file("lengths.txt", max_length=4096)     # one length a line
 
-A dataset is a JSON Lines file (``.jsonl``), a JSON file holding a list of rows, or, where pyarrow
-is installed, a Parquet or Arrow file. Each row is tokenized as TRL's SFTTrainer does for its
+A dataset is a JSON Lines file (``.jsonl``), a JSON file holding a list of rows, a Parquet or Arrow
+file (through pyarrow), or a Hugging Face dataset id whose train split is in the local cache
+(offline, as for models). Each row is tokenized as TRL's SFTTrainer does for its
 dataset types:
 
 - ``messages`` (conversational): the tokenizer's chat template over the messages, tokenized
@@ -58,6 +59,8 @@ def rows(path: str) -> list[dict]:
     """The dataset's rows, each a dict."""
     p = Path(path)
     if not p.is_file():
+        if not p.exists() and "/" in path and not path.startswith((".", "/")) and path.count("/") == 1:
+            return _hub_rows(path)
         raise DatasetError(f"{path}: no such file")
     suffix = p.suffix.lower()
     if suffix in (".parquet", ".arrow"):
@@ -91,6 +94,27 @@ def rows(path: str) -> list[dict]:
     if not out:
         raise DatasetError(f"{path}: no rows in it")
     return out
+
+
+def _hub_rows(repo_id: str) -> list[dict]:
+    """A Hugging Face dataset's train split from the local cache (offline, as for models)."""
+    import os
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    try:
+        import datasets
+        from huggingface_hub import snapshot_download
+        datasets.disable_progress_bars()
+        # the cached snapshot's folder, loaded as a local one (datasets infers the format from its files)
+        from bench.spec.modelref import _hf_cache_dir   # read from the environment now, as the model lookup does
+        folder = snapshot_download(repo_id, repo_type="dataset", local_files_only=True, cache_dir=_hf_cache_dir())
+        return datasets.load_dataset(folder, split="train").to_list()
+    except ImportError:
+        raise DatasetError(f"{repo_id}: reading a Hub dataset needs the datasets library (`pip install datasets`)") from None
+    except Exception as exc:  # noqa: BLE001 - datasets raises many kinds for a dataset it cannot find offline
+        first = " ".join(str(exc).split())[:200]
+        raise DatasetError(f"{repo_id}: not a file, and not a dataset in the local Hugging Face cache ({first}); "
+                           f"download it once (`hf download --repo-type dataset {repo_id}`) or give a file") from None
 
 
 def _arrow_rows(p: Path, suffix: str) -> list[dict]:

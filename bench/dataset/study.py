@@ -31,8 +31,19 @@ def inputs_digest() -> dict:
     return {str(f.relative_to(ROOT)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
 
+CODE = ("answer.py", "command.py", "epoch.py", "lengths.py", "order.py", "stairs.py", "study.py")
+
+
+def code_digest() -> str:
+    """sha256 over the bench/dataset/ files the study runs (``CODE``), which the engine digest does not cover."""
+    h = hashlib.sha256()
+    for f in (ROOT / "bench" / "dataset" / name for name in CODE):
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def run(jobs: int, say=print) -> dict:
-    out = {"format": FORMAT, "study": STUDY, "inputs_sha256": inputs_digest()}
+    out = {"format": FORMAT, "study": STUDY, "inputs_sha256": inputs_digest(), "code_sha256": code_digest()}
     for name, packing in (("padding", False), ("packing", True)):
         asked = command.Asked(dataset=str(ROOT / STUDY["dataset"]), packing=packing, jobs=jobs)
         doc = command.answer_doc(asked, STUDY["model"], STUDY["gpu"], STUDY["technique"], STUDY["batch"],
