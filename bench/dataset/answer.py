@@ -86,33 +86,41 @@ def epoch_answer(fam: Family, lengths: list[int], batches: list[list[int]], widt
 
 
 def _per_width(fam: Family, widths: list[int], conf) -> dict:
-    """Each width's step in its steady state: four steps of it after the build."""
-    out = {}
-    for w in widths:
-        r = _run(fam, [w] * 4, conf)
-        out[w] = {"allocated_bytes": r["step_allocated_peak_bytes"][-1], "reserved_bytes": r["reserved_peak_bytes"]}
-    return out
+    """Each width's step as it allocates once the optimizer state exists: the second step of two
+    (what a step allocates does not depend on the allocator's state, only what it reserves)."""
+    return {w: {"allocated_bytes": _run(fam, [w, w], conf)["step_allocated_peak_bytes"][-1]} for w in widths}
 
 
 def shortest_cut(fam: Family, lengths: list[int], batches, conf, profile, pad_to, max_length: int) -> dict | None:
-    """The longest max_length (a multiple of GRID below the asked one) whose epoch survives: the
-    per-width steady states point at it, the epoch's own replay confirms it."""
+    """The longest max_length (a multiple of GRID below the asked one) whose epoch fits: bisection
+    over the candidates, each judged by the epoch's own replay at that cut, under one premise: an
+    epoch cut shorter needs no more (every step's width is the same or smaller). The answer is a
+    replay that fits, and the candidate above it one that does not."""
     cap = verdicts.capacity(profile)
-    for m in range(max_length // GRID * GRID, GRID - 1, -GRID):
-        if m >= max_length:
-            continue
-        if _run(fam, [m] * 4, conf)["reserved_peak_bytes"] > cap:
-            continue
-        cut = [min(n, m) for n in lengths]
-        packed = not any(batches)   # packing: every row m tokens
-        widths = [m] * 4 if packed else epoch.padded_widths(cut, batches, pad_to)
-        steps = epoch.replayed(widths)
-        r = _run(fam, [widths[k] for k in steps], conf)
-        if r["reserved_peak_bytes"] <= cap:
-            over = [n - m for n in lengths if n > m]
-            return {"max_length": m, "samples_cut": len(over), "tokens_cut": sum(over),
-                    "tokens_share": sum(over) / max(1, sum(lengths)), "reserved_peak_bytes": r["reserved_peak_bytes"]}
-    return None
+    cands = [m for m in range(GRID, max_length, GRID)]   # ascending
+    packed = not any(batches)   # packing: every row m tokens
+    seen: dict[int, int] = {}
+
+    def reserved(m: int) -> int:
+        if m not in seen:
+            widths = [m] * 4 if packed else epoch.padded_widths([min(n, m) for n in lengths], batches, pad_to)
+            seen[m] = _run(fam, [widths[k] for k in epoch.replayed(widths)], conf)["reserved_peak_bytes"]
+        return seen[m]
+
+    lo, hi = -1, len(cands)   # cands[lo] fits (or none), cands[hi] does not (or none beyond)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if reserved(cands[mid]) <= cap:
+            lo = mid
+        else:
+            hi = mid
+    if lo < 0:
+        return None
+    m = cands[lo]
+    over = [n - m for n in lengths if n > m]
+    return {"max_length": m, "samples_cut": len(over), "tokens_cut": sum(over),
+            "tokens_share": sum(over) / max(1, sum(lengths)), "reserved_peak_bytes": reserved(m),
+            "replays": len(seen)}
 
 
 def remedies(fam, lengths, batches, widths, conf, profile, pad_to, max_length, result, packing_line) -> list[dict]:
