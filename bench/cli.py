@@ -103,9 +103,10 @@ def parser() -> argparse.ArgumentParser:
                                         "or text): is the epoch survived, and if not at which step")
     data.add_argument("--lengths", help="instead of --dataset: a file of token lengths, one a line")
     data.add_argument("--tokenizer", help="the tokenizer folder or Hub id (default: the model's, from the HF cache)")
-    data.add_argument("--sampling", choices=["random", "group_by_length", "sequential"], default="random",
-                      help="the trainer's train_sampling_strategy (default random)")
-    data.add_argument("--seed", type=int, default=42, help="the trainer's seed (default 42, as TrainingArguments)")
+    data.add_argument("--sampling", choices=["random", "group_by_length", "sequential"],
+                      help="the trainer's train_sampling_strategy (default: the --config's, else random)")
+    data.add_argument("--seed", type=int, help="the trainer's seed (default: the --config's data_seed or seed, "
+                                               "else 42 as TrainingArguments)")
     data.add_argument("--pad-to-multiple-of", type=int, help="the collator's pad_to_multiple_of")
     data.add_argument("--packing", action="store_true", help="packed rows of --seq tokens instead of padding")
     fit.add_argument("--trust-remote-code", action="store_true",

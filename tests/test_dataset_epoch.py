@@ -117,3 +117,23 @@ def test_tight_when_only_releasing_the_cache_gets_through(sims):
     batches = [[k] for k in range(len(widths))]
     got = answer.epoch_answer(fam, widths, batches, widths, None, profile, 2048)
     assert got["verdict"] == "tight" and got["survives"] and got["first_oom"] is None
+
+
+def test_a_trl_config_sets_the_epoch_order(sims, tmp_path):
+    """seed, group_by_length and pad_to_multiple_of come from the config where the command line is silent."""
+    cfg = tmp_path / "sft.yaml"
+    cfg.write_text("model_name_or_path: tiny-llama\nuse_peft: true\ndtype: bfloat16\nbf16: true\n"
+                   "per_device_train_batch_size: 2\nmax_length: 2048\nseed: 7\ngroup_by_length: true\n"
+                   "pad_to_multiple_of: 64\n")
+    lens = tmp_path / "l.txt"
+    lens.write_text("40\n700\n90\n1500\n20\n2000\n3000\n100\n")
+    env = dict(os.environ, FT_MEMBENCH_CACHE=str(sims["cache"]))
+    out = subprocess.run([sys.executable, "-m", "bench.cli", "fit", MODEL, "--gpu", GPU, "--config", str(cfg),
+                          "--lengths", str(lens), "--seed", "3", "--json", "--results", str(tmp_path / "r")],
+                         capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert (doc["technique"], doc["batch"], doc["sampling"], doc["pad_to_multiple_of"]) == (
+        TECH, BATCH, "group_by_length", 64)
+    assert doc["seed"] == 3          # the command line wins over the config's 7
+    assert doc["simulation"]["simulated"] == 0

@@ -124,11 +124,31 @@ def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: in
                     "replayed over the epoch's steps in the trainer's order")}
 
 
+def from_config(args, q, tech: str, say) -> str:
+    """A --config's epoch settings where the command line leaves them (its packing, seed, sampling
+    strategy and pad_to_multiple_of); the recipe without its batching, which the dataset sets here."""
+    parts = tech.split("+")
+    if "packing" in parts:
+        if not args.packing:
+            say("ft-membench: --dataset: packing, as the config says")
+        args.packing = True
+    tech = "+".join(p for p in parts if p not in ("packing", "padding"))
+    epoch_cfg = getattr(q.recipe, "epoch", None) or {}
+    for key, flag in (("seed", "seed"), ("sampling", "sampling"), ("pad_to_multiple_of", "pad_to_multiple_of")):
+        if getattr(args, flag) is None and key in epoch_cfg:
+            setattr(args, flag, epoch_cfg[key])
+            say(f"ft-membench: --dataset: {key} {epoch_cfg[key]}, as the config says")
+    args.seed = 42 if args.seed is None else args.seed            # TrainingArguments' default
+    args.sampling = args.sampling or "random"
+    return tech
+
+
 def run(args, q, gpu: str, say) -> int:
     techniques = q.techniques or []
     if len(techniques) != 1:
         raise Usage("--dataset answers one recipe at a time: give --techniques with one (e.g. lora+gc+bf16)")
-    doc = answer_doc(args, q.model, gpu, techniques[0], q.batch or 1, q.seq or 2048, q.options, say)
+    tech = from_config(args, q, techniques[0], say)
+    doc = answer_doc(args, q.model, gpu, tech, q.batch or 1, q.seq or 2048, q.options, say)
     verdict = doc["epoch"]["verdict"]
     code = 0 if verdict == "fits" or (verdict == "tight" and args.allow_tight) else 1   # as fit's guard
     if args.json:
