@@ -18,12 +18,14 @@ CELLS = ["lora", "fsdp+w2"]
 def bytes_differences(fresh: dict, warm: dict) -> list:
     """identical.compare's differences, throughput left out: the two ran at different moments of
     a loaded machine, and the fork changes nothing that is timed (the steps). At world size 2 the
-    allocator replay's sampled timeline is left out too: gloo frees its copy of a collective's input
-    from its own thread, at a moment of its own (tests/rank_traces.py), so two fresh runs' timelines
-    differ as well; the peaks, breakdowns, the replay's figures and every rank's entry are compared."""
+    allocator replay's sampled timeline and the per-phase peaks are left out too: gloo frees its copy
+    of a collective's input from its own thread, at a moment of its own (tests/rank_traces.py), so
+    a phase's peak may or may not catch that copy (seen once in a full suite: the optimizer phase's
+    peak 192,864,580 B warm against 219,829,064 B fresh, the step's peak and breakdown equal); the
+    step's peak, the breakdowns, the replay's figures and every rank's entry are compared."""
     multirank = fresh["world_size"] > 1
     return [d for d in identical.compare(fresh, warm) if d.field.split(".")[-1] not in identical.THROUGHPUT
-            and not (multirank and d.field.startswith("allocator_model.timeline."))]
+            and not (multirank and d.field.startswith(("allocator_model.timeline.", "phase_peak_bytes.")))]
 
 
 @pytest.fixture(scope="module")
