@@ -87,12 +87,9 @@ def lines(doc: dict) -> list[str]:
     ep, info = pad["epoch"], pad["dataset"]
     out = [f"{info['source']}: {info['samples']} samples, tokenized with {info['tokenizer']}: longest "
            f"{info['longest']} tokens, {info['truncated_samples']} truncated at {info['max_length']}."]
-    said, shown = set(), []
-    for s in ep["staircase"]:   # a rise under 0.01 GiB reads as the same figure: said once
-        if _g(s["reserved_bytes"]) not in said:
-            said.add(_g(s["reserved_bytes"]))
-            shown.append(f"{_g(s['reserved_bytes'])} (step {s['step']}, width {s['width']})")
-    rises = " → ".join(shown[:8])
+    from bench.dataset import epoch
+    rises = " → ".join(f"{_g(s['reserved_bytes'])} (step {s['step']}, width {s['width']})"
+                       for s in epoch.rises(ep["staircase"])[:8])
     out.append(f"Padded ({ep['steps']} steps, random sampling, seed {pad['seed']}): reserved climbs {rises}. Verdict: "
                f"{ep['verdict']}" + (f" at step {ep['first_oom']['step']}" if ep["first_oom"] else "")
                + (": no allocation fails, but only because the allocator releases its cache once it reaches the card"

@@ -123,21 +123,32 @@ def shortest_cut(fam: Family, lengths: list[int], batches, conf, profile, pad_to
             "replays": len(seen)}
 
 
-def remedies(fam, lengths, batches, widths, conf, profile, pad_to, max_length, result, packing_line) -> list[dict]:
+def remedies(fam, lengths, batches, widths, conf, profile, pad_to, max_length, result, *, batch: int = 1,
+             packed_fam=None, seed: int = 42, sampling: str = "random") -> list[dict]:
+    """What to change, each replayed over the epoch: expandable segments, the longest max_length that
+    fits, packing (``packed_fam``: the unpadded step at this batch; None when the epoch is packed
+    already) and the trainer's group_by_length order (when the epoch is padded and sampled otherwise)."""
     out = []
     cap = verdicts.capacity(profile)
+    judged = lambda change, r, **more: {"change": change, "reserved_peak_bytes": r["reserved_peak_bytes"],  # noqa: E731
+                                        "survives": r["reserved_peak_bytes"] <= cap, **more}
     if conf != EXPANDABLE:
-        steps = epoch.replayed(widths)
-        r = _run(fam, [widths[k] for k in steps], EXPANDABLE)
-        out.append({"change": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "reserved_peak_bytes":
-                    r["reserved_peak_bytes"], "survives": r["reserved_peak_bytes"] <= cap})
+        out.append(judged("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                          _run(fam, [widths[k] for k in epoch.replayed(widths)], EXPANDABLE)))
     if result["verdict"] != "fits":
         cut = shortest_cut(fam, lengths, batches, conf, profile, pad_to, max_length)
         out.append({"change": f"max_length {cut['max_length']}" if cut else "a shorter max_length",
                     **(cut or {"survives": False, "why": f"none from {max_length - GRID} down to {GRID} survives"}),
                     **({"survives": True} if cut else {})})
-    if packing_line is not None:
-        out.append(packing_line)
+    if packed_fam is not None:
+        n, w = epoch.packed_steps(lengths, batch, max_length), -(-max_length // GRID) * GRID
+        out.append(judged(f"packing (rows of {max_length} tokens, {n} steps instead of {len(widths)})",
+                          _run(packed_fam, [w] * 4, conf)))
+    if packed_fam is not None and sampling != "group_by_length" and batch > 1:
+        grouped = epoch.padded_widths(lengths, orders(lengths, batch, seed, "group_by_length"), pad_to)
+        out.append(judged("train_sampling_strategy='group_by_length' (batches of like lengths, the longest first: "
+                          f"{sum(grouped)} padded tokens a row in all, against {sum(widths)})",
+                          _run(fam, [grouped[k] for k in epoch.replayed(grouped)], conf)))
     return out
 
 

@@ -93,27 +93,12 @@ def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: in
         padded = batch > 1 and not args.packing
         fam, how = epoch_answer.family(spec_at, batch, padded, samples.run_many, say)
         result = epoch_answer.epoch_answer(fam, lengths, batches, widths, conf, profile, max_length)
-        packing = None
-        if not args.packing:
-            pk = epoch_answer.family(spec_at, batch, False, samples.run_many, say)[0] if padded else fam
-            n = epoch.packed_steps(lengths, batch, max_length)
-            w = -(-max_length // GRID) * GRID
-            r = epoch_answer._run(pk, [w] * 4, conf)
-            packing = {"change": f"packing (rows of {max_length} tokens, {n} steps instead of {len(widths)})",
-                       "reserved_peak_bytes": r["reserved_peak_bytes"],
-                       "survives": r["reserved_peak_bytes"] <= result["capacity_bytes"]}
+        packed_fam = None
+        if not args.packing:   # the unpadded step at this batch, for the packing remedy
+            packed_fam = epoch_answer.family(spec_at, batch, False, samples.run_many, say)[0] if padded else fam
         fixes = epoch_answer.remedies(fam, lengths, batches, widths, conf, profile, args.pad_to_multiple_of,
-                                      max_length, result, packing)
-        if not args.packing and args.sampling != "group_by_length" and batch > 1:
-            # bucketing: the trainer's own length-grouped order (same steps, batches of like lengths)
-            grouped = epoch.padded_widths(lengths, epoch_answer.orders(lengths, batch, args.seed, "group_by_length"),
-                                          args.pad_to_multiple_of)
-            steps = epoch.replayed(grouped)
-            r = epoch_answer._run(fam, [grouped[k] for k in steps], conf)
-            fixes.append({"change": "train_sampling_strategy='group_by_length' (batches of like lengths, the "
-                                    f"longest first: {sum(grouped)} padded tokens a row in all, against {sum(widths)})",
-                          "reserved_peak_bytes": r["reserved_peak_bytes"],
-                          "survives": r["reserved_peak_bytes"] <= result["capacity_bytes"]})
+                                      max_length, result, batch=batch, packed_fam=packed_fam, seed=args.seed,
+                                      sampling=args.sampling)
     result["per_width"] = {str(k): v for k, v in result["per_width"].items()}
     return {"model": model, "gpu": gpu, "technique": tech, "batch": batch, "max_length": max_length,
             "dataset": info, "sampling": "packing" if args.packing else args.sampling, "seed": args.seed,
@@ -191,12 +176,8 @@ def text(doc: dict) -> str:
         lines.append(f"does not fit: reserved reaches {_g(ep['reserved_peak_bytes'])} of {_g(cap)}")
     p = ep["per_step_allocated"]
     lines.append(f"allocated peak per step: p50 {_g(p['p50'])}, p99 {_g(p['p99'])}, max {_g(p['max'])}")
-    shown, last = [], None
-    for s in ep["staircase"]:   # a rise under 0.01 GiB reads as the same figure: said once
-        if _g(s["reserved_bytes"]) != last:
-            shown.append(f"step {s['step']} (width {s['width']}) {_g(s['reserved_bytes'])}")
-            last = _g(s["reserved_bytes"])
-    lines.append("reserved staircase: " + ", ".join(shown))
+    lines.append("reserved staircase: " + ", ".join(f"step {s['step']} (width {s['width']}) {_g(s['reserved_bytes'])}"
+                                                    for s in epoch.rises(ep["staircase"])))
     if doc["to_change"]:
         lines.append("what to change:")
         for f in doc["to_change"]:

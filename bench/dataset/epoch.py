@@ -54,3 +54,14 @@ def percentile(values: list[int], q: float) -> int:
     """The nearest-rank percentile (q in 0..100) of ``values``."""
     s = sorted(values)
     return s[max(0, min(len(s) - 1, math.ceil(len(s) * q / 100) - 1))] if s else 0
+
+
+def rises(staircase: list[dict], unit: int = 2 ** 30) -> list[dict]:
+    """The staircase's steps as a reader sees them: a rise that rounds to the same 0.01 GiB is said once."""
+    out, last = [], None
+    for s in staircase:
+        shown = round(s["reserved_bytes"] / unit, 2)
+        if shown != last:
+            out.append(s)
+            last = shown
+    return out
