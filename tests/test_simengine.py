@@ -79,6 +79,31 @@ def test_sigkill_of_snakemake_ends_the_engine(tmp_path, matrix_file, short_tmpdi
             os.kill(pid, signal.SIGKILL)
 
 
+PARENT_GONE_BEFORE_ARMING = """
+import os, sys, types
+from bench.runner import lifeline, simengine
+ppids = iter([os.getppid()])  # die_with_parent's first look sees the parent; its second, the reaper
+fake = types.ModuleType("os")
+fake.__dict__.update(os.__dict__)
+fake.getppid = lambda: next(ppids, 1)
+lifeline.os = fake
+simengine.serve(sys.argv[1], watch_pid=os.getpid(), jobs=1)
+"""
+
+
+def test_snakemake_gone_before_the_parent_death_signal_is_armed_still_cleans_up(short_tmpdir):
+    """Snakemake killed while the engine is still starting: the engine's SIGTERM to itself
+    (bench/runner/lifeline.py) must end in its clean-up, not in the default action that leaves the
+    socket folder behind (a CI failure of test_sigkill_of_snakemake_ends_the_engine)."""
+    folder = short_tmpdir / "ftmb-sim-engine-x"
+    folder.mkdir()
+    out = subprocess.run([sys.executable, "-c", PARENT_GONE_BEFORE_ARMING, str(folder / "engine.sock")],
+                         cwd=REPO, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert not folder.exists()
+
+
 def test_an_engine_of_other_code_or_libraries_refuses_and_the_cell_runs_fresh(tmp_path, monkeypatch):
     sock = simengine.start(watch_pid=os.getpid(), jobs=1, env_var="FTMB_TEST_ENGINE")
     try:

@@ -200,20 +200,40 @@ def alive(pid: int) -> bool:
 
 
 def serve(sock: str, watch_pid: int, jobs: int) -> None:
-    from bench.search import simpool  # the pool imports replay: only the engine needs it
-    lifeline.die_with_parent(signal.SIGTERM)  # Snakemake's main thread ended: clean up as below
+    # the handlers come before anything that can take a signal: a SIGTERM (Snakemake gone, even
+    # before the parent-death signal was armed) must end in the clean-up below, never in the
+    # default action that leaves the socket folder behind
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.set())
-    own = key()
-    # one long-lived thread per server: a server dies with the thread that started it (lifeline)
-    runners = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="ftmb-engine")
-    pool = simpool.SimPool(jobs=jobs)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(sock + ".tmp")
-    listener.listen(64)
-    os.rename(sock + ".tmp", sock)  # present only once it accepts
-    listener.settimeout(POLL_S)
+    pool = listener = None
+    try:
+        from bench.search import simpool  # the pool imports replay: only the engine needs it
+        lifeline.die_with_parent(signal.SIGTERM)  # Snakemake's main thread ended: clean up as below
+        own = key()
+        # one long-lived thread per server: a server dies with the thread that started it (lifeline)
+        runners = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="ftmb-engine")
+        pool = simpool.SimPool(jobs=jobs)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(sock + ".tmp")
+        listener.listen(64)
+        os.rename(sock + ".tmp", sock)  # present only once it accepts
+        listener.settimeout(POLL_S)
+        _accept(listener, own, runners, pool, stopping, watch_pid)
+    finally:
+        if listener is not None:
+            listener.close()
+        shutil.rmtree(os.path.dirname(sock), ignore_errors=True)
+        lifeline.kill_adopted()  # the servers' groups: their running cells go with them
+        if pool is not None:
+            pool.close()
+        # a cell still in a runner thread must not hold the exit (nor restart a server): the
+        # process ends here, and what its threads started dies with them (parent-death signal)
+        os._exit(0)
+
+
+def _accept(listener, own: str, runners, pool, stopping: threading.Event, watch_pid: int) -> None:
+    """Serve requests until told to stop or until ``watch_pid`` is gone."""
 
     def handle(conn: socket.socket) -> None:
         with conn:
@@ -240,26 +260,17 @@ def serve(sock: str, watch_pid: int, jobs: int) -> None:
                 except OSError:
                     pass
 
-    try:
-        while not stopping.is_set() and alive(watch_pid):
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                if stopping.is_set():
-                    break
-                raise
-            conn.settimeout(None)
-            threading.Thread(target=handle, args=(conn,), daemon=True).start()
-    finally:
-        listener.close()
-        shutil.rmtree(os.path.dirname(sock), ignore_errors=True)
-        lifeline.kill_adopted()  # the servers' groups: their running cells go with them
-        pool.close()
-        # a cell still in a runner thread must not hold the exit (nor restart a server): the
-        # process ends here, and what its threads started dies with them (parent-death signal)
-        os._exit(0)
+    while not stopping.is_set() and alive(watch_pid):
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        except OSError:
+            if stopping.is_set():
+                break
+            raise
+        conn.settimeout(None)
+        threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
 
 def main(argv=None) -> int:
