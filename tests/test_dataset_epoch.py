@@ -77,7 +77,7 @@ def test_the_first_oom_is_the_first_batch_too_wide(sims):
     assert got["first_oom"]["lengths"] == [1536, 10] and got["first_oom"]["width"] == 1536
     stairs_ = [s["reserved_bytes"] for s in got["staircase"]]
     assert stairs_ == sorted(stairs_) and got["staircase"][-1]["width"] == 2048
-    cut = answer.shortest_cut(fam, lengths, batches, None, profile, None, 2048)
+    cut = answer.shortest_cut(fam, lengths, [batches], None, profile, None, 2048)
     assert cut["max_length"] == 1024 and cut["samples_cut"] == 2 and cut["tokens_cut"] == 512 + 1024
     fine = answer.epoch_answer(fam, lengths, batches, widths, None, {"memory_bytes": 80 * 2 ** 30}, 2048)
     assert fine["survives"] and fine["verdict"] == "fits" and fine["first_oom"] is None

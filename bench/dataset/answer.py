@@ -50,9 +50,15 @@ def _run(fam: Family, widths: list[int], conf, capacity=None) -> dict:
     return replay.replay(fam.epoch(widths), conf, capacity=capacity, points=50)
 
 
+def capacity(profile: dict, outside: int = 0) -> int:
+    """What the allocator may reserve on the card: bench/estimate/verdicts.py's capacity, less memory
+    outside PyTorch's allocator (a rank's NCCL buffers, bench/estimate/nccl.py)."""
+    return verdicts.capacity(profile) - outside
+
+
 def epoch_answer(fam: Family, lengths: list[int], batches: list[list[int]], widths: list[int], conf,
-                 profile: dict, max_length: int, steps: list[int] | None = None) -> dict:
-    cap = verdicts.capacity(profile)
+                 profile: dict, max_length: int, steps: list[int] | None = None, outside: int = 0) -> dict:
+    cap = capacity(profile, outside)
     steps = epoch.replayed(widths) if steps is None else steps
     sub = [widths[k] for k in steps]
     free = _run(fam, sub, conf)
@@ -91,20 +97,21 @@ def _per_width(fam: Family, widths: list[int], conf) -> dict:
     return {w: {"allocated_bytes": _run(fam, [w, w], conf)["step_allocated_peak_bytes"][-1]} for w in widths}
 
 
-def shortest_cut(fam: Family, lengths: list[int], batches, conf, profile, pad_to, max_length: int) -> dict | None:
-    """The longest max_length (a multiple of GRID below the asked one) whose epoch fits: bisection
-    over the candidates, each judged by the epoch's own replay at that cut, under one premise: an
-    epoch cut shorter needs no more (every step's width is the same or smaller). The answer is a
-    replay that fits, and the candidate above it one that does not."""
-    cap = verdicts.capacity(profile)
+def shortest_cut(fam: Family, lengths: list[int], ranks: list[list[list[int]]], conf, profile, pad_to, max_length: int,
+                 outside: int = 0) -> dict | None:
+    """The longest max_length (a multiple of GRID below the asked one) whose epoch fits on every rank
+    (``ranks``: each rank's batches): bisection over the candidates, each judged by the epoch's own
+    replay at that cut, under one premise: an epoch cut shorter needs no more (every step's width is
+    the same or smaller). The answer is a replay that fits, and the candidate above it one that does not."""
+    cap = capacity(profile, outside)
     cands = [m for m in range(GRID, max_length, GRID)]   # ascending
-    packed = not any(batches)   # packing: every row m tokens
+    packed = not any(ranks[0])   # packing: every row m tokens
     seen: dict[int, int] = {}
 
     def reserved(m: int) -> int:
         if m not in seen:
-            widths = [m] * 4 if packed else epoch.padded_widths([min(n, m) for n in lengths], batches, pad_to)
-            seen[m] = _run(fam, [widths[k] for k in epoch.replayed(widths)], conf)["reserved_peak_bytes"]
+            every = [[m] * 4] if packed else [epoch.padded_widths([min(n, m) for n in lengths], b, pad_to) for b in ranks]
+            seen[m] = max(_run(fam, [w[k] for k in epoch.replayed(w)], conf)["reserved_peak_bytes"] for w in every)
         return seen[m]
 
     lo, hi = -1, len(cands)   # cands[lo] fits (or none), cands[hi] does not (or none beyond)
@@ -123,34 +130,51 @@ def shortest_cut(fam: Family, lengths: list[int], batches, conf, profile, pad_to
             "replays": len(seen)}
 
 
-def remedies(fam, lengths, batches, widths, conf, profile, pad_to, max_length, result, *, batch: int = 1,
-             packed_fam=None, seed: int = 42, sampling: str = "random") -> list[dict]:
-    """What to change, each replayed over the epoch: expandable segments, the longest max_length that
-    fits, packing (``packed_fam``: the unpadded step at this batch; None when the epoch is packed
-    already) and the trainer's group_by_length order (when the epoch is padded and sampled otherwise)."""
+def remedies(fam, lengths, ranks, conf, profile, pad_to, max_length, result, *, batch: int = 1,
+             packed_fam=None, seed: int = 42, sampling: str = "random", packed_steps: int | None = None,
+             outside: int = 0, accum: int = 1, split: tuple | None = None) -> list[dict]:
+    """What to change, each replayed over the epoch of every rank (``ranks``: each rank's (batches,
+    widths)) and judged by the rank that reserves the most: expandable segments, the longest
+    max_length that fits, packing (``packed_fam``: the unpadded step at this batch; None when the
+    epoch is packed already; ``packed_steps`` a rank's steps then) and the trainer's group_by_length
+    order (when the epoch is padded and sampled otherwise), and ``split`` (the recipe with twice the
+    micro-batches and its Family): the same samples a step, so the same widths, in smaller micro-batches."""
     out = []
-    cap = verdicts.capacity(profile)
+    cap = capacity(profile, outside)
+
+    def worst(every_widths, fam_=fam, conf_=conf) -> dict:
+        return max((_run(fam_, [w[k] for k in epoch.replayed(w)], conf_) for w in every_widths),
+                   key=lambda r: r["reserved_peak_bytes"])
+
     judged = lambda change, r, **more: {"change": change, "reserved_peak_bytes": r["reserved_peak_bytes"],  # noqa: E731
                                         "survives": r["reserved_peak_bytes"] <= cap, **more}
+    widths = [w for _, w in ranks]
     if conf != EXPANDABLE:
-        out.append(judged("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                          _run(fam, [widths[k] for k in epoch.replayed(widths)], EXPANDABLE)))
+        out.append(judged("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", worst(widths, conf_=EXPANDABLE)))
     if result["verdict"] != "fits":
-        cut = shortest_cut(fam, lengths, batches, conf, profile, pad_to, max_length)
+        cut = shortest_cut(fam, lengths, [b for b, _ in ranks], conf, profile, pad_to, max_length, outside)
         out.append({"change": f"max_length {cut['max_length']}" if cut else "a shorter max_length",
                     **(cut or {"survives": False, "why": f"none from {max_length - GRID} down to {GRID} survives"}),
                     **({"survives": True} if cut else {})})
     if packed_fam is not None:
-        n, w = epoch.packed_steps(lengths, batch, max_length), -(-max_length // GRID) * GRID
-        out.append(judged(f"packing (rows of {max_length} tokens, {n} steps instead of {len(widths)})",
+        n, w = packed_steps or epoch.packed_steps(lengths, batch, max_length), -(-max_length // GRID) * GRID
+        out.append(judged(f"packing (rows of {max_length} tokens, {n} steps instead of {len(widths[0])})",
                           _run(packed_fam, [w] * 4, conf)))
     if packed_fam is not None and sampling != "group_by_length" and batch > 1:
-        grouped = epoch.padded_widths(lengths, orders(lengths, batch, seed, "group_by_length"), pad_to)
+        grouped = [epoch.padded_widths(lengths, b, pad_to)
+                   for b in orders(lengths, batch, seed, "group_by_length", len(ranks), accum)]
         out.append(judged("train_sampling_strategy='group_by_length' (batches of like lengths, the longest first: "
-                          f"{sum(grouped)} padded tokens a row in all, against {sum(widths)})",
-                          _run(fam, [grouped[k] for k in epoch.replayed(grouped)], conf)))
+                          f"{sum(map(sum, grouped))} padded tokens a row in all, against {sum(map(sum, widths))})",
+                          worst(grouped)))
+    if split is not None:
+        recipe, split_fam = split
+        out.append(judged(f"gradient accumulation over {2 * accum} micro-batches of {batch // (2 * accum)} "
+                          f"({recipe}: the same {batch} samples a step)", worst(widths, fam_=split_fam)))
     return out
 
 
-def orders(lengths, batch: int, seed: int, sampling: str) -> list[list[int]]:
-    return order.batches(lengths, batch, seed=seed, sampling=sampling)
+def orders(lengths, batch: int, seed: int, sampling: str, world_size: int = 1, accum: int = 1) -> list[list[list[int]]]:
+    """Each rank's optimizer steps' samples (one list per rank): ``batch`` samples a step, in ``accum``
+    micro-batches of ``batch // accum``."""
+    micro = order.rank_batches(lengths, batch // accum, world_size, seed=seed, sampling=sampling, accum=accum)
+    return [epoch.accumulated(m, accum) for m in micro]

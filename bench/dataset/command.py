@@ -6,16 +6,16 @@ row or key, and why)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from bench.dataset import answer as epoch_answer
-from bench.dataset import epoch, lengths as lengths_mod
+from bench.dataset import epoch, lengths as lengths_mod, words
 from bench.dataset.lengths import DatasetError
 from bench.dataset.stairs import GRID
 from bench.fit import cells as fitcells
 from bench.fit.question import Usage
-
-GiB = 2 ** 30
+from bench.spec import techniques
 
 
 def tokenizer_ref(model: str, given: str | None) -> str:
@@ -54,17 +54,18 @@ def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: in
         say(f"ft-membench: note: widths are judged in {GRID}-token steps: --seq {max_length} judged as "
             f"{-(-max_length // GRID) * GRID} at most")
 
-    def spec_at(seq: int, padded: bool) -> dict:
-        name = f"{tech}+padding-growing" if padded else tech
+    def spec_at(seq: int, padded: bool, recipe: str = tech) -> dict:
+        name = f"{recipe}+padding-growing" if padded else recipe
         (spec,) = fitcells.specs(model, gpu, [name], seq, batch, options, args.trust_remote_code).values()
         return dict(spec, cross_check=False)
 
     own = spec_at(max_length, False)
-    knobs = own["knobs"]
-    if knobs["dist"] or (own.get("world_size") or 1) > 1:
-        raise Usage(f"--dataset: {tech} runs on several GPUs; the epoch is answered for one GPU for now")
-    if knobs["accum"] > 1:
-        raise Usage(f"--dataset: {tech} accumulates gradients; the epoch is answered without accumulation for now")
+    knobs, world = own["knobs"], own.get("world_size") or 1
+    if world > 1 and not techniques.traced_per_rank(own):
+        raise Usage(f"--dataset: {tech} runs on {world} GPUs with {knobs['dist'] or 'no sharding engine'}, which sim "
+                    "partitions by formula from one process's step rather than tracing a rank's own program; an "
+                    "epoch replay needs a rank's own trace (FSDP: fsdp, fsdp-offload, fsdp1)")
+    accum = knobs["accum"]
     if knobs["batching"] != "fixed":
         raise Usage(f"--dataset: {tech} sets its own batching ({knobs['batching']}); the dataset sets it here "
                     "(padding, or --packing)")
@@ -79,34 +80,98 @@ def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: in
         raise Usage(str(exc)) from None
     profile = own["verdict_gpus"][gpu]
     conf = knobs["alloc_conf"]
+    outside = nccl_bytes(world, gpu, profile)
     from bench.records import reuse
     from bench.search.sample_cache import SampleCache
     from bench.search.simpool import SimPool
     with SimPool(args.jobs) as pool:
         samples = SampleCache(pool, reuse.versions(), say=say)
+        packed_n = -(-epoch.packed_steps(lengths, batch, max_length) // world)   # a rank's steps, packed
         if args.packing:
-            n = epoch.packed_steps(lengths, batch, max_length)
-            batches, widths = [[] for _ in range(n)], [-(-max_length // GRID) * GRID] * n
+            ranks = [([[] for _ in range(packed_n)], [-(-max_length // GRID) * GRID] * packed_n)] * world
         else:
-            batches = epoch_answer.orders(lengths, batch, args.seed, args.sampling)
-            widths = epoch.padded_widths(lengths, batches, args.pad_to_multiple_of)
+            ranks = [(b, epoch.padded_widths(lengths, b, args.pad_to_multiple_of))
+                     for b in epoch_answer.orders(lengths, batch, args.seed, args.sampling, world, accum)]
         padded = batch > 1 and not args.packing
         fam, how = epoch_answer.family(spec_at, batch, padded, samples.run_many, say)
-        result = epoch_answer.epoch_answer(fam, lengths, batches, widths, conf, profile, max_length)
+        results = [epoch_answer.epoch_answer(fam, lengths, b, w, conf, profile, max_length, outside=outside)
+                   for b, w in (ranks[:1] if args.packing else ranks)]   # packed: every rank's epoch alike
+        rank = worst_rank(results)
+        result = dict(results[rank], **({"rank": rank} if world > 1 else {}))
         packed_fam = None
         if not args.packing:   # the unpadded step at this batch, for the packing remedy
             packed_fam = epoch_answer.family(spec_at, batch, False, samples.run_many, say)[0] if padded else fam
-        fixes = epoch_answer.remedies(fam, lengths, batches, widths, conf, profile, args.pad_to_multiple_of,
+        split = None   # the same samples a step in twice the micro-batches, where the epoch does not fit
+        if result["verdict"] != "fits" and not args.packing and batch % (2 * accum) == 0:
+            more = with_accum(tech, 2 * accum)
+            split = (more, epoch_answer.family(lambda s, p: spec_at(s, p, more), batch, padded, samples.run_many, say)[0])
+        fixes = epoch_answer.remedies(fam, lengths, ranks, conf, profile, args.pad_to_multiple_of,
                                       max_length, result, batch=batch, packed_fam=packed_fam, seed=args.seed,
-                                      sampling=args.sampling)
+                                      sampling=args.sampling, packed_steps=packed_n, outside=outside, accum=accum,
+                                      split=split)
+    host = data_share(args.dataset, world)
+    if world > 1:
+        result["ranks"] = [{"rank": r, "verdict": x["verdict"], "reserved_peak_bytes": x["reserved_peak_bytes"],
+                            "first_oom_step": (x["first_oom"] or {}).get("step"), "steps": x["steps"]}
+                           for r, x in enumerate(results)]
+        result["outside_allocator_bytes"] = outside
     result["per_width"] = {str(k): v for k, v in result["per_width"].items()}
-    return {"model": model, "gpu": gpu, "technique": tech, "batch": batch, "max_length": max_length,
+    return {"model": model, "gpu": gpu, "technique": tech, "batch": batch, "max_length": max_length, "world_size": world,
+            "accum": accum,
             "dataset": info, "sampling": "packing" if args.packing else args.sampling, "seed": args.seed,
             "pad_to_multiple_of": args.pad_to_multiple_of, "simulation": how, "epoch": result, "to_change": fixes,
+            "host_data_share": host,
             "versions": reuse.versions(),
             "how": (f"each step's width is its batch's longest sample (rounded up to {GRID} tokens); the step derived "
                     f"exactly at that width from simulations at {how['sample_seqs']} tokens; the caching allocator "
-                    "replayed over the epoch's steps in the trainer's order")}
+                    "replayed over the epoch's steps in the trainer's order"
+                    + (f"; with gradient accumulation, an optimizer step's {accum} micro-batches of {batch // accum} "
+                       "each judged at the width of the step's longest sample (sim's accumulation splits one batch of one "
+                       "width), at or above the trainer's own padding of each micro-batch" if accum > 1 else "")
+                    + (f"; on {world} GPUs, each rank's own batches (accelerate's prepare_data_loader for that rank) "
+                       "through rank 0's own step (it holds the largest shard), each rank's allocator replayed apart, "
+                       "the rank that fares worst shown, its NCCL buffers taken off the card" if world > 1 else ""))}
+
+
+SEVERITY = {"oom": 0, "tight": 1, "fits": 2}
+HOSTLOAD = fitcells.matrix.DEFAULT_MATRIX.parent.parent / "results" / "reference" / "dataset" / "hostload.json"
+
+
+def data_share(dataset: str | None, world: int) -> dict | None:
+    """The data's share of the node's host memory (bench/dataset/hostshare.py), for a JSON-lines file like the
+    measured one; None without a dataset file (``--lengths``), and the reason where it is not modelled."""
+    if not dataset:
+        return None
+    from bench.dataset import hostshare
+    p = Path(dataset)
+    if not p.is_file() or p.suffix not in (".jsonl", ".json"):
+        return {"missing": "modelled for JSON lines files only: the load paths were measured on one "
+                           f"(bench/dataset/hostload.py); {dataset} is {'a Hub dataset' if not p.is_file() else p.suffix}"}
+    doc, why = hostshare.read(HOSTLOAD)
+    if doc is None:
+        return {"missing": why}
+    return hostshare.share(doc, p.stat().st_size, world)
+
+
+def with_accum(tech: str, n: int) -> str:
+    """The recipe with gradient accumulation over ``n`` micro-batches (its ``gaN`` replaced)."""
+    return "+".join([p for p in tech.split("+") if not re.fullmatch(r"ga\d+", p)] + [f"ga{n}"])
+
+
+def worst_rank(results: list[dict]) -> int:
+    """The rank whose epoch fares worst: an out-of-memory before the others', else tight, else the most reserved."""
+    def key(r):
+        x = results[r]
+        return (SEVERITY[x["verdict"]], (x["first_oom"] or {}).get("step", 0), -x["reserved_peak_bytes"])
+    return min(range(len(results)), key=key)
+
+
+def nccl_bytes(world: int, gpu: str, profile: dict) -> int:
+    """A rank's NCCL device buffers on ``gpu`` (0 on one GPU), as the per-rank verdicts take them off the card."""
+    if world <= 1:
+        return 0
+    from bench.estimate import nccl
+    return nccl.by_gpu(world, {gpu: profile}).get(gpu, {}).get("bytes", 0)
 
 
 def from_config(args, q, tech: str, say) -> str:
@@ -139,54 +204,5 @@ def run(args, q, gpu: str, say) -> int:
     if args.json:
         print(json.dumps(dict(doc, exit_code=code), indent=1))
     else:
-        print(text(doc))
+        print(words.text(doc))
     return code
-
-
-def _g(b) -> str:
-    return f"{b / GiB:.2f} GiB"
-
-
-def text(doc: dict) -> str:
-    info, ep, cap = doc["dataset"], doc["epoch"], doc["epoch"]["capacity_bytes"]
-    lines = [f"{doc['model']} {doc['technique']} on {doc['gpu']} ({_g(cap)} for the allocator), batch {doc['batch']}, "
-             f"max_length {doc['max_length']}",
-             f"dataset {info['source']}: {info['samples']} samples"
-             + (f" ({info['dataset_type']}, tokenized with {info['tokenizer']})" if "tokenizer" in info else "")
-             + f"; longest {info['longest']} tokens; {info['truncated_samples']} truncated at {info['max_length']} "
-             f"({info['tokens_cut']} tokens cut)",
-             f"epoch: {ep['steps']} steps, {doc['sampling']} sampling"
-             + ("" if doc["sampling"] == "packing" else f" (seed {doc['seed']}), each padded to its longest sample")
-             + (f"; {ep['replayed_steps']} of them replayed (the first {epoch.HEAD}, and each step that is the "
-                f"longest so far with {epoch.AROUND} on either side; the others are no longer than one before them)"
-                if ep["replayed_steps"] < ep["steps"] else "; every step replayed")]
-    oom = ep["first_oom"]
-    if ep["verdict"] == "fits":
-        lines.append(f"survives the epoch: reserved climbs to {_g(ep['reserved_peak_bytes'])} of {_g(cap)}")
-    elif ep["verdict"] == "tight":
-        over = next(s for s in ep["staircase"] if s["reserved_bytes"] > cap)
-        lines.append(f"tight: survives the epoch only by releasing the allocator's cache (cudaFree and a synchronize) "
-                     f"from step {over['step']} (width {over['width']}) on; on a card big enough it would reserve "
-                     f"{_g(ep['reserved_peak_bytes'])}, beyond {_g(cap)}")
-    elif oom:
-        where = "while the model builds" if oom["during"] else \
-            f"at step {oom['step']} (width {oom['width']}; lengths {', '.join(map(str, oom['lengths']))})"
-        lines.append(f"oom {where}: {oom['op']} asks {_g(oom['bytes'])} beyond {_g(cap)}")
-    else:
-        lines.append(f"does not fit: reserved reaches {_g(ep['reserved_peak_bytes'])} of {_g(cap)}")
-    p = ep["per_step_allocated"]
-    lines.append(f"allocated peak per step: p50 {_g(p['p50'])}, p99 {_g(p['p99'])}, max {_g(p['max'])}")
-    lines.append("reserved staircase: " + ", ".join(f"step {s['step']} (width {s['width']}) {_g(s['reserved_bytes'])}"
-                                                    for s in epoch.rises(ep["staircase"])))
-    if doc["to_change"]:
-        lines.append("what to change:")
-        for f in doc["to_change"]:
-            figure = f" -> {_g(f['reserved_peak_bytes'])}" if f.get("reserved_peak_bytes") else ""
-            cut = (f" (cuts {f['samples_cut']} samples, {f['tokens_cut']} tokens, {f['tokens_share']:.1%})"
-                   if "samples_cut" in f else "")
-            lines.append(f"  {f['change']}{cut}{figure}: {'fits' if f.get('survives') else 'does not fit'}"
-                         + (f" ({f['why']})" if f.get("why") else ""))
-        if doc["batch"] > 1:
-            lines.append(f"  a smaller batch with gradient accumulation: ask again with --batch {doc['batch'] // 2}")
-    lines.append(f"how: {doc['how']}")
-    return "\n".join(lines)

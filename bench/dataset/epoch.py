@@ -3,6 +3,9 @@
 - Padding (TRL's collator pads each batch to its longest sample, ``pad_to_multiple_of`` rounding
   it up): a step's width is its batch's longest length, rounded up to the multiple, then to
   bench/dataset/stairs.py ``GRID``.
+- Gradient accumulation (``accumulated``): an optimizer step's micro-batches, each padded by the
+  collator to its own longest sample, are judged at the width of the step's longest, as sim's
+  accumulation runs them (one batch split in micro-batches of one width): at or above the trainer's.
 - Packing (``packing=True``): every step is ``batch`` full rows of ``max_length`` tokens, as TRL's
   ``wrapped`` strategy makes them; its ``bfd`` bins hold at most that many, so this is their upper
   bound. The step count is the tokens over the tokens a step holds.
@@ -30,6 +33,12 @@ def padded_widths(lengths: list[int], batches: list[list[int]], pad_to_multiple_
             w = -(-w // pad_to_multiple_of) * pad_to_multiple_of
         out.append(round_width(w))
     return out
+
+
+def accumulated(micro_batches: list[list[int]], accum: int) -> list[list[int]]:
+    """The optimizer steps of an epoch with gradient accumulation: ``accum`` micro-batches in a row each,
+    the last step taking what is left (transformers' Trainer). A step's samples are its micro-batches'."""
+    return [[i for b in micro_batches[k:k + accum] for i in b] for k in range(0, len(micro_batches), accum)]
 
 
 def packed_steps(lengths: list[int], batch: int, max_length: int) -> int:

@@ -8,8 +8,14 @@ sampling strategy (``random``: accelerate's seedable random sampler, seeded from
 the longest first; ``sequential``) and its seed. Rather than re-derive that order, this builds a
 real ``Trainer`` over a dataset of the lengths alone (each row's ``input_ids`` a ``range`` of its
 length: nothing is materialised) with a stand-in one-parameter model, and reads the sample
-indices of every batch from the DataLoader it returns. The order is the installed library's;
-one process (world size 1).
+indices of every batch from the DataLoader it makes. The order is the installed library's.
+
+On several processes (``rank_batches``), each rank's share is what accelerate's
+``prepare_data_loader`` gives that rank of the trainer's DataLoader (the Trainer's own accelerator
+settings: even batches, the seedable sampler, its data seed), called here once per rank with
+that rank's ``num_processes`` and ``process_index``: accelerate's BatchSamplerShard hands rank r
+the batches r, r + N, r + 2N, ... of the one order every rank draws, cycling back to the start so
+that every rank gets as many.
 """
 from __future__ import annotations
 
@@ -24,11 +30,21 @@ SAMPLINGS = ("random", "group_by_length", "sequential")
 
 def batches(lengths: list[int], batch_size: int, seed: int = 42, sampling: str = "random",
             drop_last: bool = False) -> list[list[int]]:
+    """The sample indices of each batch of one process's epoch."""
+    return rank_batches(lengths, batch_size, 1, seed, sampling, drop_last)[0]
+
+
+def rank_batches(lengths: list[int], batch_size: int, world_size: int = 1, seed: int = 42, sampling: str = "random",
+                 drop_last: bool = False, accum: int = 1) -> list[list[list[int]]]:
+    """Each rank's batches (``per_device_train_batch_size`` each) of one epoch over ``world_size`` processes,
+    with ``gradient_accumulation_steps`` ``accum`` (group_by_length's mega-batches count it); the
+    micro-batches, which the trainer takes ``accum`` at a time for each optimizer step."""
     if sampling not in SAMPLINGS:
         raise ValueError(f"sampling {sampling!r}: one of {', '.join(SAMPLINGS)}")
     os.environ.setdefault("ACCELERATE_USE_CPU", "true")
     with contextlib.redirect_stdout(sys.stderr):   # DeepSpeed's logger, made on import, writes to stdout (--json's)
         import torch
+        from accelerate.data_loader import prepare_data_loader
         from transformers import Trainer, TrainingArguments
         from transformers.utils import logging
 
@@ -55,9 +71,32 @@ def batches(lengths: list[int], batch_size: int, seed: int = 42, sampling: str =
         with tempfile.TemporaryDirectory(prefix="ftmb-order-") as out, contextlib.redirect_stdout(sys.stderr):
             args = TrainingArguments(output_dir=out, per_device_train_batch_size=batch_size, seed=seed,
                                      remove_unused_columns=False, report_to=[], use_cpu=True,
-                                     dataloader_num_workers=0, dataloader_drop_last=drop_last, **how)
+                                     dataloader_num_workers=0, dataloader_drop_last=drop_last,
+                                     gradient_accumulation_steps=accum, **how)
             trainer = Trainer(model=Stand(), args=args, train_dataset=Lengths(),
                               data_collator=lambda rows: [r["idx"] for r in rows])
-            return [list(b) for b in trainer.get_train_dataloader()]
+            acc, made = trainer.accelerator, []
+            real_prepare = acc.prepare
+            acc.prepare = lambda loader: made.append(loader) or loader   # the trainer's DataLoader, as it made it
+            try:
+                trainer.get_train_dataloader()
+            finally:
+                acc.prepare = real_prepare
+            (loader,) = made
+            # every process seeds alike and draws its order from its own generators (LengthGroupedSampler from
+            # torch's global one): each rank starts from the state this process has here
+            state = torch.random.get_rng_state()
+            return [[list(b) for b in _seeded(torch, state, prepare_data_loader(
+                loader, None, num_processes=world_size, process_index=rank, split_batches=acc.split_batches,
+                put_on_device=False, rng_types=acc.rng_types.copy(), dispatch_batches=acc.dispatch_batches,
+                even_batches=acc.even_batches, use_seedable_sampler=acc.use_seedable_sampler,
+                data_seed=acc.dataloader_config.data_seed, non_blocking=acc.non_blocking,
+                use_stateful_dataloader=acc.use_stateful_dataloader))]
+                for rank in range(world_size)]
     finally:
         logging.set_verbosity(verbosity)
+
+
+def _seeded(torch, state, loader):
+    torch.random.set_rng_state(state)
+    yield from loader

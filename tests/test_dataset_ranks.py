@@ -1,0 +1,109 @@
+"""``fit --dataset`` on several GPUs: each rank's batches are what accelerate hands that rank of the
+trainer's DataLoader, and a rank's derived epoch (bench/dataset/stairs.py over rank 0's own FSDP2
+program) equals a simulation of those steps event by event, streams included."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench.dataset import answer, order
+from bench.estimate import replay
+from bench.fit import cells
+from tests.helpers import REPO
+from tests.test_dataset_epoch import canonical
+
+MODEL, TECH, BATCH, GPU = "tiny-llama", "lora+bf16+fsdp+w2", 2, "rtx-4090"
+LENS = [(i * 7919) % 1000 + 1 for i in range(203)]
+
+
+@pytest.mark.parametrize("sampling", order.SAMPLINGS)
+def test_the_ranks_take_turns_over_the_one_order(sampling):
+    """accelerate's BatchSamplerShard: rank r gets batches r, r + N, ... of the order one process
+    draws, the last ones filled from the start so every rank steps as often, with whole batches
+    (even_batches)."""
+    one = order.batches(LENS, 4, seed=42, sampling=sampling)
+    assert order.rank_batches(LENS, 4, 1, seed=42, sampling=sampling) == [one]
+    two = order.rank_batches(LENS, 4, 2, seed=42, sampling=sampling)
+    assert len(two[0]) == len(two[1]) == 26 and len(one) == 51
+    assert [b for pair in zip(*two) for b in pair][:50] == one[:50]
+    # the short last batch and rank 1's last one are filled round from the start: every batch is whole
+    assert two[0][25][:3] == one[50] and {len(b) for rank in two for b in rank} == {4}
+
+
+def spec_at(seq, padded, steps=None):
+    (spec,) = cells.specs(MODEL, GPU, [f"{TECH}+padding-growing" if padded else TECH], seq, BATCH).values()
+    return dict(spec, cross_check=False, **({"steps": steps} if steps else {}))
+
+
+@pytest.fixture(scope="module")
+def rank_sims(tmp_path_factory):
+    from bench.records import reuse
+    from bench.search.sample_cache import SampleCache
+    from bench.search.simpool import SimPool
+    cache = tmp_path_factory.mktemp("cache")
+    with SimPool(2) as pool:
+        samples = SampleCache(pool, reuse.versions(), folder=cache / "fit-samples")
+        fam, _ = answer.family(spec_at, BATCH, True, samples.run_many, lambda m: None)
+        answer.family(spec_at, BATCH, False, samples.run_many, lambda m: None)   # packing's, for the command
+        (grown,) = pool.run_many([(spec_at(2048, True, steps=3), None)])
+    return {"family": fam, "grown": grown, "cache": cache}
+
+
+def lifetimes(trace):
+    """The events with each allocation numbered in order and each free naming the allocation it ends.
+    FSDP2 frees an unsharded parameter by resizing its storage to 0 and makes it again by resizing it
+    back (bench/worker/memresize.py): the simulation's storage serial comes back in a later step, where
+    the derived epoch names a new one; the allocations, frees and what each free ends are the same."""
+    c, live, out, made = trace["columns"], {}, [], 0
+    for i, (kind, serial) in enumerate(zip(c["kind"], c["serial"])):
+        if kind:
+            live[serial], made = made, made + 1
+        out.append((kind, live[serial], c["bytes"][i], c["step"][i], c["op"][i], c["phase"][i], c["category"][i],
+                    c["stream"][i]))
+    return out
+
+
+@pytest.mark.slow
+def test_a_ranks_derived_epoch_is_its_simulated_one(rank_sims):
+    grown = rank_sims["grown"]
+    assert grown["details"]["rank_program"]["world_size"] == 2   # rank 0's own program, not a partition
+    got = rank_sims["family"].epoch([512, 1024, 1536, 2048])
+    assert lifetimes(got) == lifetimes(grown["_trace"])
+    assert canonical(got) != canonical(grown["_trace"])   # the resized storages (above): why lifetimes
+    assert len(set(got["columns"]["stream"])) > 1         # FSDP2's all-gather and reduce-scatter streams
+    assert replay.replay(got)["reserved_peak_bytes"] == replay.replay(grown["_trace"])["reserved_peak_bytes"]
+
+
+@pytest.mark.slow
+def test_fit_lengths_on_two_gpus(rank_sims, tmp_path):
+    f = tmp_path / "lengths.txt"
+    f.write_text("\n".join(str(n) for n in [40, 700, 90, 1500, 20, 2000, 3000, 100] * 5))
+    env = dict(os.environ, FT_MEMBENCH_CACHE=str(rank_sims["cache"]))
+    cmd = [sys.executable, "-m", "bench.cli", "fit", MODEL, "--gpu", GPU, "--techniques", TECH, "--batch", str(BATCH),
+           "--seq", "2048", "--lengths", str(f), "--results", str(tmp_path / "results")]
+    out = subprocess.run([*cmd, "--json"], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    ep = doc["epoch"]
+    assert doc["world_size"] == 2 and doc["simulation"]["simulated"] == 0 and ep["steps"] == 10   # 20 batches, 2 ranks
+    assert [r["rank"] for r in ep["ranks"]] == [0, 1] and {r["verdict"] for r in ep["ranks"]} == {"fits"}
+    assert ep["reserved_peak_bytes"] == max(r["reserved_peak_bytes"] for r in ep["ranks"])   # the worst rank shown
+    assert ep["reserved_peak_bytes"] == ep["ranks"][ep["rank"]]["reserved_peak_bytes"]
+    assert 0 < ep["outside_allocator_bytes"] < 2 ** 30 and ep["capacity_bytes"] == answer.capacity(
+        cells.specs(MODEL, GPU, [TECH], 2048, BATCH).popitem()[1]["verdict_gpus"][GPU], ep["outside_allocator_bytes"])
+    text = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert text.returncode == 0 and "on 2 x rtx-4090" in text.stdout and "ranks: rank 0 fits" in text.stdout
+
+
+def test_a_formula_partitioned_engine_is_refused(tmp_path):
+    f = tmp_path / "lengths.txt"
+    f.write_text("40\n700\n")
+    out = subprocess.run([sys.executable, "-m", "bench.cli", "fit", MODEL, "--gpu", GPU, "--techniques",
+                          "lora+bf16+zero2+w2", "--seq", "2048", "--lengths", str(f), "--results", str(tmp_path / "r")],
+                         capture_output=True, text=True, cwd=REPO, timeout=600,
+                         env=dict(os.environ, FT_MEMBENCH_CACHE=str(tmp_path / "cache")))
+    assert out.returncode == 2 and "partitions by formula" in out.stderr and out.stdout == ""
