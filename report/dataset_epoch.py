@@ -115,27 +115,9 @@ HOST_PATHS = {
 
 
 def read_host(path) -> tuple[dict | None, str | None]:
-    """The host-memory measurements (bench/dataset/hostload.py), checked: its format and keys, and
-    the dataset it measured still the one in the tree."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        return None, f"{path}: cannot read it ({exc})"
-    try:
-        assert doc["format"] == 1 and doc["rows"]
-        for r in doc["rows"]:
-            assert r["path"] in HOST_PATHS and isinstance(r["peak_above_baseline_bytes"], int)
-            assert isinstance(r["dataset_bytes"], int) and isinstance(r["scale"], int)
-        data = ROOT / doc["dataset"]
-        same = data.is_file() and hashlib.sha256(data.read_bytes()).hexdigest() == doc["dataset_sha256"]
-    except (KeyError, TypeError, AssertionError):
-        return None, f"{path}: not a host-memory measurement (a key is missing or of the wrong type)"
-    if not same:
-        return None, f"{path} is stale: {doc['dataset']} changed since it was measured; rerun it"
-    from bench.dataset import hostload
-    if doc.get("code_sha256") != hostload.code_digest():
-        return None, f"{path} is stale: bench/dataset/hostload.py changed since it was measured; rerun it"
-    return doc, None
+    """The host-memory measurements, checked (bench/dataset/hostshare.py ``read``)."""
+    from bench.dataset import hostshare
+    return hostshare.read(path)
 
 
 def host_rows(doc: dict) -> list[dict]:

@@ -31,7 +31,7 @@ def inputs_digest() -> dict:
     return {str(f.relative_to(ROOT)): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
 
-CODE = ("answer.py", "command.py", "epoch.py", "lengths.py", "order.py", "stairs.py", "study.py")
+CODE = ("answer.py", "command.py", "epoch.py", "hostshare.py", "lengths.py", "order.py", "stairs.py", "study.py")
 
 
 def code_digest() -> str:
