@@ -109,6 +109,8 @@ def parser() -> argparse.ArgumentParser:
                                                "else 42 as TrainingArguments)")
     data.add_argument("--pad-to-multiple-of", type=int, help="the collator's pad_to_multiple_of")
     data.add_argument("--packing", action="store_true", help="packed rows of --seq tokens instead of padding")
+    data.add_argument("--padding-free", action="store_true",
+                      help="TRL's padding_free: each batch's samples in one row, no pads (default: the --config's)")
     fit.add_argument("--trust-remote-code", action="store_true",
                      help="run a Hub model's own code (auto_map); off by default")
     meas = sub.add_parser("measure", help="run the recipes for real on this machine's GPU, beside sim's prediction",

@@ -98,7 +98,7 @@ def _per_width(fam: Family, widths: list[int], conf) -> dict:
 
 
 def shortest_cut(fam: Family, lengths: list[int], ranks: list[list[list[int]]], conf, profile, pad_to, max_length: int,
-                 outside: int = 0) -> dict | None:
+                 outside: int = 0, free: bool = False) -> dict | None:
     """The longest max_length (a multiple of GRID below the asked one) whose epoch fits on every rank
     (``ranks``: each rank's batches): bisection over the candidates, each judged by the epoch's own
     replay at that cut, under one premise: an epoch cut shorter needs no more (every step's width is
@@ -110,7 +110,9 @@ def shortest_cut(fam: Family, lengths: list[int], ranks: list[list[list[int]]], 
 
     def reserved(m: int) -> int:
         if m not in seen:
-            every = [[m] * 4] if packed else [epoch.padded_widths([min(n, m) for n in lengths], b, pad_to) for b in ranks]
+            cut = [min(n, m) for n in lengths]
+            every = [[m] * 4] if packed else [epoch.free_widths(cut, b) if free else epoch.padded_widths(cut, b, pad_to)
+                                              for b in ranks]
             seen[m] = max(_run(fam, [w[k] for k in epoch.replayed(w)], conf)["reserved_peak_bytes"] for w in every)
         return seen[m]
 
@@ -132,7 +134,7 @@ def shortest_cut(fam: Family, lengths: list[int], ranks: list[list[list[int]]], 
 
 def remedies(fam, lengths, ranks, conf, profile, pad_to, max_length, result, *, batch: int = 1,
              packed_fam=None, seed: int = 42, sampling: str = "random", packed_steps: int | None = None,
-             outside: int = 0, accum: int = 1, split: tuple | None = None) -> list[dict]:
+             outside: int = 0, accum: int = 1, split: tuple | None = None, free: bool = False) -> list[dict]:
     """What to change, each replayed over the epoch of every rank (``ranks``: each rank's (batches,
     widths)) and judged by the rank that reserves the most: expandable segments, the longest
     max_length that fits, packing (``packed_fam``: the unpadded step at this batch; None when the
@@ -152,7 +154,7 @@ def remedies(fam, lengths, ranks, conf, profile, pad_to, max_length, result, *, 
     if conf != EXPANDABLE:
         out.append(judged("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", worst(widths, conf_=EXPANDABLE)))
     if result["verdict"] != "fits":
-        cut = shortest_cut(fam, lengths, [b for b, _ in ranks], conf, profile, pad_to, max_length, outside)
+        cut = shortest_cut(fam, lengths, [b for b, _ in ranks], conf, profile, pad_to, max_length, outside, free)
         out.append({"change": f"max_length {cut['max_length']}" if cut else "a shorter max_length",
                     **(cut or {"survives": False, "why": f"none from {max_length - GRID} down to {GRID} survives"}),
                     **({"survives": True} if cut else {})})

@@ -42,10 +42,10 @@ class Asked:
     (bench/dataset/study.py) sets it."""
 
     def __init__(self, dataset=None, lengths=None, tokenizer=None, sampling="random", seed=42,
-                 pad_to_multiple_of=None, packing=False, jobs=2, trust_remote_code=False):
+                 pad_to_multiple_of=None, packing=False, jobs=2, trust_remote_code=False, padding_free=False):
         self.dataset, self.lengths, self.tokenizer, self.sampling, self.seed = dataset, lengths, tokenizer, sampling, seed
         self.pad_to_multiple_of, self.packing, self.jobs = pad_to_multiple_of, packing, jobs
-        self.trust_remote_code = trust_remote_code
+        self.trust_remote_code, self.padding_free = trust_remote_code, padding_free
 
 
 def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: int, options=None, say=print) -> dict:
@@ -54,9 +54,9 @@ def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: in
         say(f"ft-membench: note: widths are judged in {GRID}-token steps: --seq {max_length} judged as "
             f"{-(-max_length // GRID) * GRID} at most")
 
-    def spec_at(seq: int, padded: bool, recipe: str = tech) -> dict:
+    def spec_at(seq: int, padded: bool, recipe: str = tech, rows: int = batch) -> dict:
         name = f"{recipe}+padding-growing" if padded else recipe
-        (spec,) = fitcells.specs(model, gpu, [name], seq, batch, options, args.trust_remote_code).values()
+        (spec,) = fitcells.specs(model, gpu, [name], seq, rows, options, args.trust_remote_code).values()
         return dict(spec, cross_check=False)
 
     own = spec_at(max_length, False)
@@ -65,7 +65,10 @@ def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: in
         raise Usage(f"--dataset: {tech} runs on {world} GPUs with {knobs['dist'] or 'no sharding engine'}, which sim "
                     "partitions by formula from one process's step rather than tracing a rank's own program; an "
                     "epoch replay needs a rank's own trace (FSDP: fsdp, fsdp-offload, fsdp1)")
-    accum = knobs["accum"]
+    accum, free = knobs["accum"], bool(getattr(args, "padding_free", False))
+    if free and (args.packing or accum > 1):
+        raise Usage("--dataset: padding-free batches " + ("or packing: one or the other" if args.packing else
+                    f"with gradient accumulation ({tech}) are not modelled: sim's accumulation splits one padded batch"))
     if knobs["batching"] != "fixed":
         raise Usage(f"--dataset: {tech} sets its own batching ({knobs['batching']}); the dataset sets it here "
                     "(padding, or --packing)")
@@ -87,28 +90,27 @@ def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: in
     with SimPool(args.jobs) as pool:
         samples = SampleCache(pool, reuse.versions(), say=say)
         packed_n = -(-epoch.packed_steps(lengths, batch, max_length) // world)   # a rank's steps, packed
-        if args.packing:
-            ranks = [([[] for _ in range(packed_n)], [-(-max_length // GRID) * GRID] * packed_n)] * world
+        ranks = rank_steps(args, lengths, batch, max_length, world, accum, packed_n)
+        padded = batch > 1 and not args.packing and not free
+        if free:   # one row of the step's tokens: the recipe's unpadded step at batch 1
+            fam, how = epoch_answer.family(lambda s, p: spec_at(s, False, rows=1), 1, False, samples.run_many, say)
         else:
-            ranks = [(b, epoch.padded_widths(lengths, b, args.pad_to_multiple_of))
-                     for b in epoch_answer.orders(lengths, batch, args.seed, args.sampling, world, accum)]
-        padded = batch > 1 and not args.packing
-        fam, how = epoch_answer.family(spec_at, batch, padded, samples.run_many, say)
+            fam, how = epoch_answer.family(spec_at, batch, padded, samples.run_many, say)
         results = [epoch_answer.epoch_answer(fam, lengths, b, w, conf, profile, max_length, outside=outside)
                    for b, w in (ranks[:1] if args.packing else ranks)]   # packed: every rank's epoch alike
         rank = worst_rank(results)
         result = dict(results[rank], **({"rank": rank} if world > 1 else {}))
         packed_fam = None
-        if not args.packing:   # the unpadded step at this batch, for the packing remedy
+        if not args.packing and not free:   # the unpadded step at this batch, for the packing remedy
             packed_fam = epoch_answer.family(spec_at, batch, False, samples.run_many, say)[0] if padded else fam
         split = None   # the same samples a step in twice the micro-batches, where the epoch does not fit
-        if result["verdict"] != "fits" and not args.packing and batch % (2 * accum) == 0:
+        if result["verdict"] != "fits" and not args.packing and not free and batch % (2 * accum) == 0:
             more = with_accum(tech, 2 * accum)
             split = (more, epoch_answer.family(lambda s, p: spec_at(s, p, more), batch, padded, samples.run_many, say)[0])
         fixes = epoch_answer.remedies(fam, lengths, ranks, conf, profile, args.pad_to_multiple_of,
                                       max_length, result, batch=batch, packed_fam=packed_fam, seed=args.seed,
                                       sampling=args.sampling, packed_steps=packed_n, outside=outside, accum=accum,
-                                      split=split)
+                                      split=split, free=free)
     host = data_share(args.dataset, world)
     if world > 1:
         result["ranks"] = [{"rank": r, "verdict": x["verdict"], "reserved_peak_bytes": x["reserved_peak_bytes"],
@@ -117,23 +119,40 @@ def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: in
         result["outside_allocator_bytes"] = outside
     result["per_width"] = {str(k): v for k, v in result["per_width"].items()}
     return {"model": model, "gpu": gpu, "technique": tech, "batch": batch, "max_length": max_length, "world_size": world,
-            "accum": accum,
+            "accum": accum, "padding_free": free,
             "dataset": info, "sampling": "packing" if args.packing else args.sampling, "seed": args.seed,
             "pad_to_multiple_of": args.pad_to_multiple_of, "simulation": how, "epoch": result, "to_change": fixes,
             "host_data_share": host,
             "versions": reuse.versions(),
-            "how": (f"each step's width is its batch's longest sample (rounded up to {GRID} tokens); the step derived "
-                    f"exactly at that width from simulations at {how['sample_seqs']} tokens; the caching allocator "
-                    "replayed over the epoch's steps in the trainer's order"
-                    + (f"; with gradient accumulation, an optimizer step's {accum} micro-batches of {batch // accum} "
-                       "each judged at the width of the step's longest sample (sim's accumulation splits one batch of one "
-                       "width), at or above the trainer's own padding of each micro-batch" if accum > 1 else "")
-                    + (f"; on {world} GPUs, each rank's own batches (accelerate's prepare_data_loader for that rank) "
-                       "through rank 0's own step (it holds the largest shard), each rank's allocator replayed apart, "
-                       "the rank that fares worst shown, its NCCL buffers taken off the card" if world > 1 else ""))}
+            "how": _how(free, accum, batch, world, how["sample_seqs"])}
 
 
 SEVERITY = {"oom": 0, "tight": 1, "fits": 2}
+
+
+def _how(free: bool, accum: int, batch: int, world: int, seqs: list[int]) -> str:
+    """How the answer was made, in words."""
+    return ((f"padding-free: each step one row of its samples' tokens together (rounded up to {GRID}), the recipe's "
+             "unpadded step at batch 1" if free else
+             f"each step's width is its batch's longest sample (rounded up to {GRID} tokens); the step")
+            + f" derived exactly at that width from simulations at {seqs} tokens; the caching allocator replayed over "
+            "the epoch's steps in the trainer's order"
+            + (f"; with gradient accumulation, an optimizer step's {accum} micro-batches of {batch // accum} each "
+               "judged at the width of the step's longest sample (sim's accumulation splits one batch of one width), "
+               "at or above the trainer's own padding of each micro-batch" if accum > 1 else "")
+            + (f"; on {world} GPUs, each rank's own batches (accelerate's prepare_data_loader for that rank) through "
+               "rank 0's own step (it holds the largest shard), each rank's allocator replayed apart, the rank that "
+               "fares worst shown, its NCCL buffers taken off the card" if world > 1 else ""))
+
+
+def rank_steps(args, lengths, batch: int, max_length: int, world: int, accum: int, packed_n: int) -> list[tuple]:
+    """Each rank's (steps' samples, steps' widths): packed rows of max_length, padding-free rows of each
+    step's tokens, or padded batches, in the trainer's order for that rank."""
+    if args.packing:
+        return [([[] for _ in range(packed_n)], [-(-max_length // GRID) * GRID] * packed_n)] * world
+    width = ((lambda b: epoch.free_widths(lengths, b)) if getattr(args, "padding_free", False) else
+             (lambda b: epoch.padded_widths(lengths, b, args.pad_to_multiple_of)))
+    return [(b, width(b)) for b in epoch_answer.orders(lengths, batch, args.seed, args.sampling, world, accum)]
 HOSTLOAD = fitcells.matrix.DEFAULT_MATRIX.parent.parent / "results" / "reference" / "dataset" / "hostload.json"
 
 
@@ -188,6 +207,9 @@ def from_config(args, q, tech: str, say) -> str:
         if getattr(args, flag) is None and key in epoch_cfg:
             setattr(args, flag, epoch_cfg[key])
             say(f"ft-membench: --dataset: {key} {epoch_cfg[key]}, as the config says")
+    if epoch_cfg.get("padding_free") and not getattr(args, "padding_free", False):
+        args.padding_free = True
+        say("ft-membench: --dataset: padding_free, as the config says")
     args.seed = 42 if args.seed is None else args.seed            # TrainingArguments' default
     args.sampling = args.sampling or "random"
     return tech

@@ -6,6 +6,9 @@
 - Gradient accumulation (``accumulated``): an optimizer step's micro-batches, each padded by the
   collator to its own longest sample, are judged at the width of the step's longest, as sim's
   accumulation runs them (one batch split in micro-batches of one width): at or above the trainer's.
+- Padding-free (``padding_free=True``): the collator puts a batch's samples in one row without pads
+  (flash attention reads the sample boundaries from the position ids): a step is one row as long
+  as its samples together (``free_widths``), run as the recipe's unpadded step at batch 1.
 - Packing (``packing=True``): every step is ``batch`` full rows of ``max_length`` tokens, as TRL's
   ``wrapped`` strategy makes them; its ``bfd`` bins hold at most that many, so this is their upper
   bound. The step count is the tokens over the tokens a step holds.
@@ -33,6 +36,11 @@ def padded_widths(lengths: list[int], batches: list[list[int]], pad_to_multiple_
             w = -(-w // pad_to_multiple_of) * pad_to_multiple_of
         out.append(round_width(w))
     return out
+
+
+def free_widths(lengths: list[int], batches: list[list[int]]) -> list[int]:
+    """Padding-free batches (TRL's ``padding_free``): a step's samples in one row, as long as their sum."""
+    return [round_width(sum(lengths[i] for i in b)) for b in batches]
 
 
 def accumulated(micro_batches: list[list[int]], accum: int) -> list[list[int]]:

@@ -12,7 +12,8 @@ def _g(b) -> str:
 
 
 def _m(b) -> str:
-    return f"{b / 2 ** 20:.0f} MiB"
+    mib = b / 2 ** 20
+    return f"{mib:.1f} MiB" if mib < 10 else f"{mib:.0f} MiB"
 
 
 def text(doc: dict) -> str:
@@ -28,7 +29,9 @@ def text(doc: dict) -> str:
              + f"; longest {info['longest']} tokens; {info['truncated_samples']} truncated at {info['max_length']} "
              f"({info['tokens_cut']} tokens cut)",
              f"epoch: {ep['steps']} steps{' a rank' if world > 1 else ''}, {doc['sampling']} sampling"
-             + ("" if doc["sampling"] == "packing" else f" (seed {doc['seed']}), each padded to its longest sample")
+             + ("" if doc["sampling"] == "packing" else f" (seed {doc['seed']}), "
+                + ("each batch's samples in one row, no pads (padding-free)" if doc.get("padding_free")
+                   else "each padded to its longest sample"))
              + (f"; {ep['replayed_steps']} of them replayed (the first {epoch.HEAD}, and each step that is the "
                 f"longest so far with {epoch.AROUND} on either side; the others are no longer than one before them)"
                 if ep["replayed_steps"] < ep["steps"] else "; every step replayed")]

@@ -122,7 +122,7 @@ def epoch_order(doc: dict, r: Recipe) -> None:
     """How the trainer draws the epoch's batches, for ``fit --dataset`` only (the step's memory does not
     depend on it, so the keys stay listed as not modelled there): the sampler's seed (``data_seed``,
     else ``seed``, as the Trainer seeds it), the sampling strategy (``train_sampling_strategy``, or
-    ``group_by_length: true``) and the collator's ``pad_to_multiple_of``."""
+    ``group_by_length: true``), the collator's ``padding_free`` and its ``pad_to_multiple_of``."""
     seed = doc.get("data_seed") if doc.get("data_seed") is not None else doc.get("seed")
     if isinstance(seed, int) and not isinstance(seed, bool):
         r.epoch["seed"] = seed
@@ -131,6 +131,8 @@ def epoch_order(doc: dict, r: Recipe) -> None:
         r.epoch["sampling"] = strategy
     elif _true(doc.get("group_by_length")):
         r.epoch["sampling"] = "group_by_length"
+    if _true(doc.get("padding_free")):
+        r.epoch["padding_free"] = True
     pad = doc.get("pad_to_multiple_of")
     if isinstance(pad, int) and not isinstance(pad, bool) and pad > 0:
         r.epoch["pad_to_multiple_of"] = pad

@@ -54,7 +54,7 @@ class Recipe:
     seq: int | None = None
     extra: list[str] = field(default_factory=list)  # other catalogue names: eager, chunked-ce, act-offload, compile
     lora: dict = field(default_factory=dict)   # technique_options.lora: r, alpha, dropout, target_modules
-    epoch: dict = field(default_factory=dict)  # how the trainer draws batches (fit --dataset): seed, sampling, pad_to_multiple_of
+    epoch: dict = field(default_factory=dict)  # how the trainer draws batches (fit --dataset): seed, sampling, padding_free, pad_to_multiple_of
     mapped: list[dict] = field(default_factory=list)
     ignored: list[dict] = field(default_factory=list)
 
