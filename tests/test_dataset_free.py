@@ -79,3 +79,12 @@ def test_padding_free_with_packing_or_accumulation_is_refused(tmp_path):
     accum = subprocess.run([*base, "--techniques", f"{TECH}+ga2"], capture_output=True, text=True, env=env,
                            cwd=REPO, timeout=600)
     assert accum.returncode == 2 and "not modelled" in accum.stderr
+
+
+def test_a_trl_config_says_padding_free(tmp_path):
+    from bench.spec import trainconfig
+    cfg = tmp_path / "sft.yaml"
+    cfg.write_text("model_name_or_path: tiny-llama\nuse_peft: true\nbf16: true\npadding_free: true\nseed: 7\n")
+    assert trainconfig.read(cfg).epoch == {"seed": 7, "padding_free": True}
+    cfg.write_text("model_name_or_path: tiny-llama\nuse_peft: true\nbf16: true\npadding_free: false\n")
+    assert "padding_free" not in trainconfig.read(cfg).epoch
