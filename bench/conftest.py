@@ -42,7 +42,7 @@ GiB = 2**30
 
 def memory_lines(records: list[dict]) -> list[str]:
     """One line per cell: status, peak allocated, reserved (measured on cuda, modelled in sim) and the
-    verdict per GPU: what ``pytest bench -k zero3`` is run for (issue 37: it printed wall times only)."""
+    verdict per GPU: what ``pytest bench -k zero3`` is run for, not only wall times."""
     def gib(v):
         return f"{v / GiB:.2f}" if isinstance(v, (int, float)) else "-"
     out = []

@@ -7,7 +7,7 @@ where installed, the LLaMA-Factory and Unsloth rules of thumb): the score
 goes into ``benchmark.extra_info["scoreboard"]`` beside the record, and into the test's report
 (``-rA`` prints it). A row that cannot be matched is a skipped test that says why. The test fails
 only when the cell does not give a record (error, timeout, a broken contract), never because a
-published figure disagrees: a row that disagrees is shown as disagreeing (issue 28, rule 5).
+published figure disagrees: a row that disagrees is shown as disagreeing.
 """
 import json
 import os

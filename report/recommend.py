@@ -123,7 +123,7 @@ def recommend(df: pd.DataFrame, mode: str) -> list[dict]:
 def _speed_text(c: dict, mode: str) -> str:
     if c is None:
         return DASH
-    if missing(c["speed"]):  # None, or NaN from the table (issue 37: "nan s (modelled)")
+    if missing(c["speed"]):  # None, or NaN from the table: never "nan s (modelled)"
         return "no speed model" if mode == "sim" else DASH
     if c.get("contended"):
         return f"{fmt_count(c['speed'])} tokens/s (timed beside other load)"

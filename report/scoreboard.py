@@ -1,4 +1,4 @@
-"""The report's section "How close is each tool to published GPU measurements" (issue 28, req. 4).
+"""The report's section "How close is each tool to published GPU measurements".
 
 It reads the records of the published studies (``published-*``, matrix/published.yaml) in the
 table it is given, scores every tool on every corpus row with bench/corpus/scoreboard.py (the row's own

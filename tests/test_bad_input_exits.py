@@ -1,6 +1,5 @@
 """Every failure is one line naming its cause, exit 2 for bad input, never a traceback that exits
-1 (the guard's "does not fit"); ``fit --json`` prints one object whatever happens (issue 35
-item 7, probes H02-H08, J01-J04, M11, D-R4)."""
+1 (the guard's "does not fit"); ``fit --json`` prints one object whatever happens."""
 import json
 
 import pytest

@@ -1,4 +1,4 @@
-"""`pytest bench -k zero3` shows memory, not only wall times (issue 37, item 10)."""
+"""`pytest bench -k zero3` shows memory, not only wall times."""
 from bench import conftest
 
 

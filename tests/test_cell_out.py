@@ -1,4 +1,4 @@
-"""--cell-out into a missing folder creates it (issue 25): pytest-benchmark's JSON is written
+"""--cell-out into a missing folder creates it: pytest-benchmark's JSON is written
 beside the record first, and a missing folder cost the record. A cell job started from inside
 an xdist worker (a test under ``pytest -n``) still gets its record: the worker's environment
 variables, which it inherits, do not switch pytest-benchmark off."""

@@ -1,5 +1,5 @@
-"""A ``--cell-out`` record of a cell that could not be collected says why (issue 35 item 11,
-probe D-R9): the UsageError pytest printed, not only "exit status 2"."""
+"""A ``--cell-out`` record of a cell that could not be collected says why:
+the UsageError pytest printed, not only "exit status 2"."""
 import json
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""Techniques compose (issue 24): every pair of catalogue techniques is either accepted (a valid
+"""Techniques compose: every pair of catalogue techniques is either accepted (a valid
 set of knobs) or refused with the reason, and the accepted pairs that cross the independent
 choices people combine (adapter/base quantization, optimizer, sharding engine, offload) run in
 sim on tiny-llama through the warm sim worker.

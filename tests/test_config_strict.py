@@ -1,4 +1,4 @@
-"""``--config`` is read as the matrix is (issue 35 items 5 and 6): a bounded regular file under the
+"""``--config`` is read as the matrix is: a bounded regular file under the
 strict safe loader, and a memory-relevant value that cannot be what it means is bad input naming
 the key, never a default that answers another recipe with exit 0."""
 import json

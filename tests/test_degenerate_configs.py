@@ -1,4 +1,4 @@
-"""Degenerate model configs are refused before anything runs (issue 25): no layers, no experts,
+"""Degenerate model configs are refused before anything runs: no layers, no experts,
 a rotary base or norm epsilon that is not positive (a NaN loss, which sim cannot see), a
 sequence beyond the model's context; each a MatrixError naming the file, the key and why."""
 import json

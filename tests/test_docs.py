@@ -10,7 +10,7 @@ import pytest
 
 from tests import docs_check
 
-# Docs the README links that other branches of issue 29 write; they do not exist on this
+# Docs the README links that other branches write; they do not exist on this
 # branch yet. Remove each name when its file lands (test_pending_docs_are_missing says when).
 PENDING_DOCS = {
 }
@@ -87,7 +87,7 @@ def test_each_module_the_docs_run_answers_help(module):
     assert out.returncode == 0 and "usage:" in out.stdout, out.stderr
 
 
-# --- figures the docs quote, checked against the tool (issue 37, item 11) ----------------------
+# --- figures the docs quote, checked against the tool ----------------------
 
 CELL_COUNT = re.compile(r"(\d+) cells(?: of `matrix/default\.yaml`)?:? \(?(\d+) cpu, (\d+) sim")
 SIM_CELLS = re.compile(r"the (\d+) sim cells alone")

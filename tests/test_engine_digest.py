@@ -1,4 +1,4 @@
-"""Everything that makes an answer is in the engine digest (issue 35, item 3): a clone whose
+"""Everything that makes an answer is in the engine digest: a clone whose
 search, interpolation or gate code differs gets another digest, so it never serves the other
 code's stored answers as its own."""
 import json

@@ -1,4 +1,4 @@
-"""ft-membench fit under faults (issue 25): a simulation that ends in an error prints its reason
+"""ft-membench fit under faults: a simulation that ends in an error prints its reason
 and exits nonzero; an unwritable --results folder is a one-line warning, the answer printed."""
 import pytest
 

@@ -1,4 +1,4 @@
-"""ft-membench fit as a launch guard (issue 27): Hub ids answered from a real Hugging Face cache
+"""ft-membench fit as a launch guard: Hub ids answered from a real Hugging Face cache
 layout offline, published training configs read into recipes with every ignored setting listed,
 exit codes 0/1/2 from the CLI run in a subprocess, the --json object, and what to change."""
 import json

@@ -1,5 +1,5 @@
 """The "what to change" hints, in the order people try them and in words that match the numbers
-(issue 37, item 4; bench/fit/tofit.py)."""
+(bench/fit/tofit.py)."""
 from __future__ import annotations
 
 from bench.fit import tofit

@@ -1,6 +1,6 @@
 """``ft-membench fit``'s model paths are the user's: a relative MODEL is read against the working
 directory and a ``--config``'s ``model_name_or_path`` against the config file's folder, never
-against the temp folder the one-study matrix is written in (issue 35 item 4, probes F21-F23)."""
+against the temp folder the one-study matrix is written in."""
 import shutil
 from pathlib import Path
 

@@ -1,5 +1,5 @@
-"""Smaller fit defects of issue 35 item 11: a Hub revision is said where it is not read and kept
-in the command that would fetch it (probes H12, H13); paging and ``--allow-tight`` warnings are
+"""Smaller fit defects: a Hub revision is said where it is not read and kept
+in the command that would fetch it; paging and ``--allow-tight`` warnings are
 on stderr, as docs/fit.md says."""
 import json
 

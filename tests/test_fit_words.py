@@ -1,4 +1,4 @@
-"""Words that match the numbers (issue 37, item 8): a tight row says what it rests on and is never
+"""Words that match the numbers: a tight row says what it rests on and is never
 called "fits", the config echo says what was simulated, and the report prints no "nan s"."""
 from __future__ import annotations
 

@@ -104,7 +104,7 @@ def tiny_spec(seq=512) -> dict:
 def test_an_axis_that_cannot_be_searched_leaves_the_other_answered():
     """Batch traces that are not one family (odd batches allocate once more) and a bisection
     past the exact-search budget: the batch answer is what the bisection knew when the budget ran
-    out (issue 37: a bracket, "at least 4, below 8"; before, an error row), the sequence answer
+    out (a bracket, "at least 4, below 8"; before, an error row), the sequence answer
     still stands."""
     from bench.estimate import replay
     spec = tiny_spec()

@@ -1,4 +1,4 @@
-"""One corrupt results/fits/<cell>.json does not block the report (issue 25): the collector
+"""One corrupt results/fits/<cell>.json does not block the report: the collector
 writes fits.csv with an error row naming the file and why, and sets the file aside so that
 Snakemake searches the cell again."""
 import csv

@@ -1,4 +1,4 @@
-"""FSDP + QLoRA and QLoRA + ZeRO-3 (issue 24): bf16 quant storage, torch AdamW, FSDP's CPU
+"""FSDP + QLoRA and QLoRA + ZeRO-3: bf16 quant storage, torch AdamW, FSDP's CPU
 offload, per-rank verdicts, the load phase, and the per-rank fits search.
 
     pytest tests/test_fsdp_qlora.py -q       # real cpu runs at world size 2 are marked slow

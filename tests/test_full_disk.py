@@ -1,4 +1,4 @@
-"""A full disk or an unwritable folder leaves evidence and no partial file (issue 25): every
+"""A full disk or an unwritable folder leaves evidence and no partial file: every
 write goes through bench/records/atomic.py, whose error is one line naming the path; the worker says
 it and leaves no half-written record or trace."""
 import errno

@@ -1,4 +1,4 @@
-"""A full disk on the workflow's own paths (issue 35 item 9): the cell job (--cell-out), report.build.
+"""A full disk on the workflow's own paths: the cell job (--cell-out), report.build.
 Each leaves no temporary file, ends in one line naming the path and ENOSPC (no traceback), and says
 a record where one still fits. A real small tmpfs where this user may mount one (root), else skipped
 with the reason; the same paths with a monkeypatched ENOSPC run everywhere."""

@@ -1,4 +1,4 @@
-"""Held-out rows (issue 36): a row added after the model was built enters as ``role: held-out``;
+"""Held-out rows: a row added after the model was built enters as ``role: held-out``;
 its first score is written into the corpus once, with the engine digest and the date, and the
 scoreboard shows it beside today's, in the held-out table, never pooled with development rows.
 

@@ -95,7 +95,7 @@ def test_a_loads_host_need_covers_what_the_h200_run_held_while_loading():
 
 
 def test_70b_fsdp_qlora_with_offload_needs_well_over_100_gb_of_host_memory():
-    """Users report 70B FSDP + QLoRA with CPU offload needing well over 100 GB of host RAM (issue 34);
+    """Users report 70B FSDP + QLoRA with CPU offload needing well over 100 GB of host RAM;
     axolotl's maintainer, training 70B FSDP + QLoRA on 2 x RTX 4090: "Needs somewhere between
     125GB-250GB system/CPU RAM. it crashed with exitcode -9 @ 125GB RAM" (axolotl PR #1742, comment of
     2024-07-13; without offload our rank does not fit a 4090, so the offload cell is the run). The

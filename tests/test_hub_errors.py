@@ -1,4 +1,4 @@
-"""Hub errors that help (issue 37, item 7): the download command that is installed, a path as the
+"""Hub errors that help: the download command that is installed, a path as the
 offline way out, no download suggested for what is not a Hub id, and no retries when the Hub
 cannot be reached."""
 from __future__ import annotations

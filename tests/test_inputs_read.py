@@ -1,4 +1,4 @@
-"""What the worker read is what the record claims (issue 25): the worker copies and digests the
+"""What the worker read is what the record claims: the worker copies and digests the
 JSON files a cell is built from, and a digest other than the spec's is an error record."""
 import json
 import shutil

@@ -1,4 +1,4 @@
-"""The loss is part of the record (issue 25): a step whose loss is not finite is an error record
+"""The loss is part of the record: a step whose loss is not finite is an error record
 that says so, in every mode; sim, whose fake tensors carry no values, says what stands in."""
 import json
 

@@ -1,4 +1,4 @@
-"""Bounds on every shape, rank count and time limit (issue 25): each refused before anything
+"""Bounds on every shape, rank count and time limit: each refused before anything
 runs, with a message naming the file, the key and the limit."""
 import pytest
 

@@ -1,6 +1,6 @@
-"""Bounds the matrix loader adds on what would otherwise load (issue 35 item 10, probes M46, M47,
-M61, MC07, MC08): real cpu ranks bounded by the machine, a GPU's memory, a seed that torch can
-take, a model with no vocabulary or an infinite epsilon; each a MatrixError naming the key."""
+"""Bounds the matrix loader adds on what would otherwise load: real cpu ranks bounded by the machine,
+a GPU's memory, a seed that torch can take, a model with no vocabulary or an infinite epsilon; each a
+MatrixError naming the key."""
 import json
 import os
 

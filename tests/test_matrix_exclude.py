@@ -1,4 +1,4 @@
-"""exclude rules are checked (issue 25): a rule that matches no cell (a typo) and rules that
+"""exclude rules are checked: a rule that matches no cell (a typo) and rules that
 exclude every cell are MatrixErrors naming the file and the rule."""
 import pytest
 

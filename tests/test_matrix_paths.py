@@ -1,4 +1,4 @@
-"""Folders and caches of the matrix (issue 25): a models_dir symlink loop is a MatrixError, not a
+"""Folders and caches of the matrix: a models_dir symlink loop is a MatrixError, not a
 traceback; the config-check cache keys a model with its own code by the folder it is read from."""
 import pytest
 

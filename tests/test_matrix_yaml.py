@@ -1,4 +1,4 @@
-"""The matrix's YAML is strict where PyYAML is silent (issue 25): a duplicate key, an anchor
+"""The matrix's YAML is strict where PyYAML is silent: a duplicate key, an anchor
 bomb and non-UTF-8 text are each a MatrixError naming the file, the key and the reason, before
 anything runs (and fast)."""
 import time

@@ -130,7 +130,7 @@ def test_duplicate_yaml_key_is_refused(tmp_path):
 
 def test_every_row_has_a_role_and_todays_rows_are_development(rows):
     assert {r["role"] for r in rows} <= set(published.ROLES)
-    # the model was developed against the whole corpus as it stood (issue 36): no held-out row
+    # the model was developed against the whole corpus as it stood: no held-out row
     # may claim otherwise without a first score stored with it
     for r in rows:
         assert r["role"] == "development" or "first_score" in r, r["id"]
@@ -150,7 +150,7 @@ def test_a_development_row_cannot_carry_a_first_score(tmp_path):
 
 
 def own_run_row(**over) -> dict:
-    """A held-out row of our own GPU measurement, as another session adds them (issue 36)."""
+    """A held-out row of our own GPU measurement, as another session adds them."""
     row = {"id": "own-h200-qwen7b-lora", "role": "held-out", "source": "ft-membench cuda run: results/h200/cells",
            "read_at": "2026-12-01", "source_kind": "own-run", "model": "Qwen2.5-7B", "model_config": "qwen2.5-7b",
            "recipe": "LoRA, bf16, gc", "techniques": "lora+gc+bf16", "batch_size": 1, "seq_len": 2048,
@@ -175,7 +175,7 @@ def test_a_first_score_without_its_engine_digest_is_refused(tmp_path):
     refused(corrupted(tmp_path, lambda rows: rows.append(row)), "first_score", "engine_digest")
 
 
-# --- one copy of each published row: the studies name corpus rows (issue 36) ------------------
+# --- one copy of each published row: the studies name corpus rows ------------------
 
 def test_studies_read_their_published_figures_from_the_corpus(rows):
     from bench.spec import matrix

@@ -1,6 +1,6 @@
-"""Recommendations honour contention and the noise band as the summary and effects tables do
-(issue 25): a timing taken beside other load never ranks "fastest", and in cpu mode a lead
-inside the run-to-run noise band is a tie, not a fastest."""
+"""Recommendations honour contention and the noise band as the summary and effects tables do: a
+timing taken beside other load never ranks "fastest", and in cpu mode a lead inside the run-to-run
+noise band is a tie, not a fastest."""
 from report import recommend, table
 from tests.records import CLAIM_BASE, GIB, M, cpu, made, spec
 

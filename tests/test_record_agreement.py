@@ -1,4 +1,4 @@
-"""A record's verdicts and need agree with its own numbers (issue 35, item 1): stored reference
+"""A record's verdicts and need agree with its own numbers: stored reference
 records, edited in one field, are refused by the record gate, the results reader, the
 workflow table and the fit command, naming the field that disagrees."""
 import json

@@ -1,4 +1,4 @@
-"""One gate for records (bench/records/checks.gate, issue 25): every reader (the fit CLI, the fits
+"""One gate for records (bench/records/checks.gate): every reader (the fit CLI, the fits
 search's reuse, the table, the comparison page) refuses a record that breaks the contract or
 was made from other inputs (digests, knobs, shape) than the spec it answers for."""
 import json

@@ -215,7 +215,7 @@ def test_qlora_model_size_comes_from_the_unquantized_cells():
     assert {r["key"]: r for r in claims.evaluate(table.to_frame(both))}["qlora-70b"]["verdict"] == "holds"
 
 
-# ---- fairly judged (issue 12, requirement 5) ----
+# ---- fairly judged ----
 
 def test_a_flag_the_installed_library_ignores_is_not_measurable():
     recs = [cpu(["ckpt-load"], CLAIM_BASE, load_host_peak_rss_bytes=GIB),

@@ -1,4 +1,4 @@
-"""The scoreboard against published GPU measurements (issue 28, requirements 2-4).
+"""The scoreboard against published GPU measurements.
 
 - the measure rule: each published measure picks its simulated figure, and bitsandbytes' paged
   state is left out where the measure is torch's allocator's (allocated, active, not stated);
@@ -136,7 +136,7 @@ def test_summary_per_tool_on_made_up_rows():
     res = table[(sb.OURS, "reserved")]
     assert res["worst_error"] == pytest.approx(0.1)
     assert (res["outcome_rows"], res["outcome_agree"]) == (1, 0)      # ours fits, the source says oom
-    # the ZeRO-2 estimator counts a full fine-tune's model states: a QLoRA row is not its benchmark (issue 36)
+    # the ZeRO-2 estimator counts a full fine-tune's model states: a QLoRA row is not its benchmark
     z2 = table[("DeepSpeed ZeRO-2 estimator", "active")]
     assert (z2["covered"], z2["median_abs_error"], z2["outcome_rows"]) == (0, None, 0)
     assert "not its benchmark" in scored[0]["tools"]["DeepSpeed ZeRO-2 estimator"]["why_not"]

@@ -1,4 +1,4 @@
-"""Search answers pass a gate like records (issue 35, item 2): an answer outside its row's own
+"""Search answers pass a gate like records: an answer outside its row's own
 limit, one that fits although its own sampled peak exceeds the card, or a non-number where a
 number belongs, is an error row ("rerun to search again"), never an answer, never a traceback."""
 import csv

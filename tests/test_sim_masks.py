@@ -1,4 +1,4 @@
-"""An attention mask under activation checkpointing (issue 37, item 1): sim's CUDA attention
+"""An attention mask under activation checkpointing: sim's CUDA attention
 converts a boolean mask to a float bias that the memory-efficient kernel keeps for backward
 (bench/worker/sim/cuda_kernels.py). Checkpointing drops a layer's saved tensors and recomputes
 them in backward, so one layer's bias is alive at a time, as in a real run; it used to be pinned

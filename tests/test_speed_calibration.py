@@ -6,7 +6,7 @@ the published row (``details.published.tokens_per_s``).
 One efficiency factor for the A100's class (bench/estimate/speedmodel.py ``EFFICIENCY``), fitted on the
 matched rows together (never per row): this test refits it and fails if the stored constant
 drifts from its fit. The residuals of the rows the factor is fitted on are in-sample and prove
-little (issue 36); what is held is each row's leave-one-out error (the factor refitted on the
+little; what is held is each row's leave-one-out error (the factor refitted on the
 other rows, bench/estimate/speedcv.py): within 25%, and equal to the figure the CLI and the report
 print (``speedcv.LOO``). Each row's published and modelled tokens/s, the residual and the
 leave-one-out error are printed (``pytest -s``).

@@ -1,4 +1,4 @@
-"""The speed model's out-of-sample error (bench/estimate/speedcv.py, issue 36): leave-one-out per
+"""The speed model's out-of-sample error (bench/estimate/speedcv.py): leave-one-out per
 calibrated GPU class, another class's factor for the uncalibrated ones, and the sentence the CLI
 and the report print beside a modelled tokens/s.
 

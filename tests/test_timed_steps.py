@@ -1,4 +1,4 @@
-"""A real run's time comes from steps the tracker does not see (issue 38): the tracker's Python code
+"""A real run's time comes from steps the tracker does not see: the tracker's Python code
 on every op would hold a GPU's steps to the CPU's pace. The same code path runs on the cpu device
 here; on a GPU only the device differs."""
 from __future__ import annotations

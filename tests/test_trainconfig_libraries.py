@@ -1,4 +1,4 @@
-"""Each training-config mapping read as its library runs those keys (issue 37, item 2), with the
+"""Each training-config mapping read as its library runs those keys, with the
 library line it follows. The versions read: TRL 1.16.0 and 0.19.1 (the alignment-handbook's era,
 the ``torch_dtype`` spelling), transformers 5.23.0 and peft 0.21.2 (results/reference/constraints.txt)."""
 from __future__ import annotations

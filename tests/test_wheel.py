@@ -1,4 +1,4 @@
-"""The package as a wheel (issue 42): built from pyproject.toml, installed in a fresh virtual
+"""The package as a wheel: built from pyproject.toml, installed in a fresh virtual
 environment (no editable install, no checkout on its path) and run from outside the checkout.
 
 The fresh environment takes its dependencies (torch, transformers, ...) from this one's

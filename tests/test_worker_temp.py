@@ -1,6 +1,6 @@
 """A worker that is killed (here: by its time limit) leaves no temp folder behind: its temp files
-go in the cell's own folder, which the launcher removes however the worker ends (issue 35 item 11,
-probe D-R10: ``$TMPDIR/ftmb-inputs-*`` was left by every killed worker)."""
+go in the cell's own folder, which the launcher removes however the worker ends
+(no ``$TMPDIR/ftmb-inputs-*`` left by a killed worker)."""
 import sys
 import tempfile
 

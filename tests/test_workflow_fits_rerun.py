@@ -1,6 +1,6 @@
 """A search file the fits rule set aside as corrupt (renamed to ``.corrupt``, "rerun to search
 again") is searched again by the next ``snakemake all``: the ``all`` rule names every
-``results/fits/<cell>.json``, as it names every cell record (issue 35 item 8, probe T17/D-R5)."""
+``results/fits/<cell>.json``, as it names every cell record."""
 import re
 import subprocess
 import sys

@@ -1,5 +1,5 @@
 """Published rules of thumb as peers on a corpus row: LLaMA-Factory's hardware table and Unsloth's
-requirements table, looked up as published (issue 28, requirement 3). Torch-free.
+requirements table, looked up as published. Torch-free.
 
     n = count_params(config)                       # from config.json's dimensions, no torch
     answer = estimate(TOOL, row)                   # {"bytes", "what"}; Unanswerable where the table has none

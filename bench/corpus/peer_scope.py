@@ -4,7 +4,7 @@ DeepSpeed's ``estimate_zero{2,3}_model_states_mem_needs_all_cold`` and ``acceler
 estimate-memory`` count model states of a full fine-tune with 32-bit Adam (parameters, gradients,
 two Adam states): DeepSpeed's per GPU under its own ZeRO stage, accelerate's for one process at
 the dtype of its row. Scored on a LoRA or QLoRA peak, such a figure is off by the adapter's
-design, not by the estimator's error (issue 36: the ZeRO-2 estimator's "149.7%" was that).
+design, not by the estimator's error (a ZeRO-2 model-state estimate read 149.7% off that way).
 A row outside a peer's scope is "not covered", with the reason (``why_not``).
 
 fitcheck-llm and the rules of thumb are not here: each says itself what it cannot answer

@@ -52,7 +52,7 @@ LORA_OPTIONS: dict[str, dict] = {
     "peft-mmqa-lora-r32": {"r": 32, "target_modules": ["q_proj", "v_proj"], "adapter_dtype": "fp32"},
     "peft-mmqa-lora-r64": {"r": 64, "target_modules": ["q_proj", "v_proj"], "adapter_dtype": "fp32"},
     "peft-mmqa-dora-r32": {"r": 32, "target_modules": ["q_proj", "v_proj"], "adapter_dtype": "fp32"},
-    # held out (issue 36): rsLoRA changes only the adapter's scaling, so its row shares the rank-64 cell
+    # held out: rsLoRA changes only the adapter's scaling, so its row shares the rank-64 cell
     "peftmc-lora-r64-rslora": {"r": 64, "target_modules": ["q_proj", "v_proj"], "adapter_dtype": "fp32"},
     # our own H200 runs: matrix/cuda-h200.yaml's technique_options
     "h200-": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},

@@ -3,7 +3,7 @@
 The speed model (bench/estimate/speedmodel.py) divides the device time by one efficiency factor per
 GPU class, fitted on published throughput. The residuals of the rows a factor was fitted on are
 in-sample: one parameter fitted on three rows can barely miss them. What a user needs is the
-error on a row the factor never saw (issue 36):
+error on a row the factor never saw:
 
 - a calibrated class: the leave-one-out error of its factor. For each of its rows, refit the
   factor on the others (``speedmodel.fit``) and predict that row (``loo``);

@@ -37,8 +37,8 @@ def speed(rec: dict, gpu: str) -> str:
 
 
 def tight_line(rec: dict, need, profile: dict, gpu: str | None = None) -> str | None:
-    """What a tight verdict rests on, in its numbers (issue 37: "tight" read as a small overrun when
-    the need was 8.4 GiB over): the allocations fit, only the modelled reserve does not."""
+    """What a tight verdict rests on, in its numbers, so that "tight" never reads as a small overrun
+    when the need is far over: the allocations fit, only the modelled reserve does not."""
     alloc = rec.get("peak_bytes")
     if not need or not isinstance(alloc, (int, float)):
         return None
@@ -60,7 +60,7 @@ def once(note: str, technique: str, said: dict) -> str:
 
 
 def shape_said(lines: list[dict]) -> list[str]:
-    """The shape the need and verdict are for (issue 37: the text never said it)."""
+    """The shape the need and verdict are for, said once above the table."""
     shapes = {(r.get("batch_size"), r.get("seq_len")) for ln in lines if (r := ln.get("record") or {}).get("seq_len")}
     if len(shapes) != 1:
         return []
@@ -74,7 +74,7 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
            f"{cap / GiB:.1f} GiB usable after the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB CUDA reserve",
            "simulated (fake tensors, counted as CUDA would allocate; reserved memory modelled), not measured on a GPU",
            *shape_said(lines), ""]
-    # one-GPU recipes first, then those on several GPUs under their own heading (issue 37: mixed in)
+    # one-GPU recipes first, then those on several GPUs under their own heading
     lines = sorted(lines, key=lambda ln: ((ln.get("record") or {}).get("world_size") or 1) > 1)
     noted: dict[str, str] = {}   # a note already printed under an earlier row: said once, then referred to
     tw = max([28] + [len(ln["technique"]) for ln in lines])  # a long combination never shifts the columns

@@ -126,7 +126,7 @@ def _hint(what: str, line: dict, base: dict, gpu: str, cap: int) -> dict:
 
 def _with_also(cost: str, also: str | None, step, base_step) -> str:
     """The speed cost, and where the change brings a dtype change with it, what the time owes to that
-    (issue 37: ZeRO-3 offload read 19% faster, from DeepSpeed's bf16 cast of the adapters, not the offload)."""
+    (so that ZeRO-3 offload never reads faster for DeepSpeed's bf16 cast of the adapters, not the offload)."""
     if not also:
         return cost
     if step is not None and base_step and step < base_step:
@@ -154,7 +154,7 @@ def shape_hints(base: dict, gpu: str, cap: int) -> list[dict]:
     if top_s and top_s >= seq and out and top_b == 1:  # one hint: batch 1, and how long a context it takes
         out[0]["change"] += f"; at batch 1 contexts up to {top_s} tokens fit"
     elif top_s and (top_s < seq or batch > 1):
-        # issue 37: 4096 -> 7424 is longer, not "shorter samples": at batch 1 the context may grow
+        # a context that grows at batch 1 (4096 -> 7424) is longer, never "shorter samples"
         what, cost = (f"context {seq} -> {top_s} tokens at batch 1", "shorter samples (truncated or split)") \
             if top_s < seq else (f"batch {batch} -> 1 (ga{batch} keeps the effective batch), which also takes contexts "
                                  f"up to {top_s} tokens", f"{1 / batch:.0%} of the tokens per step at {seq} tokens")
@@ -166,7 +166,7 @@ def shape_hints(base: dict, gpu: str, cap: int) -> list[dict]:
     return out
 
 
-# The order people try changes in (docs/fit.md, issue 37): the shape first, then settings of the
+# The order people try changes in (docs/fit.md): the shape first, then settings of the
 # same run on one GPU, then another training method (QLoRA), then offload, then more GPUs; a
 # stacked hint ranks as its last change. Within a rank: those that fit first, least step time first.
 RANKS = (("batch ", 0), ("context ", 0), ("expandable", 1), ("gradient checkpointing", 1), ("bf16", 1),
@@ -226,7 +226,7 @@ def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict
         tried.insert(0, ("expandable segments (+expandable-segments)", names + ["expandable-segments"]))
     out = shape_hints(base, gpu, cap)
     # more GPUs: the most first; fewer shard less (per-rank memory only grows), so where the most do not
-    # fit they are not simulated (issue 37: ZeRO-3 on 2, 4 and 8 GPUs, all oom, cost 105-115 s)
+    # fit they are not simulated (each such simulation costs tens of seconds)
     multi = [t for t in tried if t[0].endswith("GPUs (ZeRO-3)")]
     first = [t for t in tried if t not in multi] + multi[-1:]
     done = list(zip(first, evaluate([new for _, new in first]))) if first else []

@@ -1,4 +1,4 @@
-"""What a failed workflow run says when its disk is full (issue 35 item 9); the Snakefile's ``onerror``.
+"""What a failed workflow run says when its disk is full; the Snakefile's ``onerror``.
 
     from bench.runner import fulldisk
     fulldisk.explain("results")    # lines on stderr; [] when no log names ENOSPC and the disk has room

@@ -79,7 +79,7 @@ def offline() -> bool:
 
 def reachable(timeout: float = 3.0) -> bool:
     """Whether the Hub's endpoint takes a connection within ``timeout`` s: where it does not, the
-    cache alone answers at once (issue 37: 24 s of huggingface_hub's retries came first)."""
+    cache alone answers at once, without huggingface_hub's retries (tens of seconds)."""
     import socket
     from urllib.parse import urlparse
 

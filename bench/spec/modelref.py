@@ -152,7 +152,7 @@ def _from_path(text: str, path: Path, trust: bool) -> Model:
 
 
 def fetch_hint(repo_id: str, revision: str | None = None) -> str:
-    """How to get a config.json answered here (issue 37): the Hub CLI that is installed (huggingface_hub
+    """How to get a config.json answered here: the Hub CLI that is installed (huggingface_hub
     1.x ships ``hf``, older ones ``huggingface-cli``), for an ORG/NAME id only, or a path to the file."""
     import shutil
     import sys

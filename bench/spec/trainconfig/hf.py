@@ -1,7 +1,7 @@
 """TRL / transformers ``TrainingArguments`` configs (JSON or YAML; TRL's CLI ``--config``, the
 alignment-handbook recipes): SFTConfig/TrainingArguments keys and TRL's ModelConfig keys.
 
-Read as TRL runs them (issue 37): ``bf16: true`` is autocast (transformers' TrainingArguments sets
+Read as TRL runs them: ``bf16: true`` is autocast (transformers' TrainingArguments sets
 ``mixed_precision = "bf16"``, training_args.py:1618 in 5.23), never a cast of the weights; the
 weights are in the loading dtype, ``dtype`` (TRL >= 1.0; ModelConfig's default ``float32``,
 model_config.py:89 in 1.16) or ``torch_dtype`` (TRL < 1.0). Under ``load_in_4bit`` the weights

@@ -54,7 +54,8 @@ class Recipe:
     seq: int | None = None
     extra: list[str] = field(default_factory=list)  # other catalogue names: eager, chunked-ce, act-offload, compile
     lora: dict = field(default_factory=dict)   # technique_options.lora: r, alpha, dropout, target_modules
-    epoch: dict = field(default_factory=dict)  # how the trainer draws batches (fit --dataset): seed, sampling, padding_free, pad_to_multiple_of
+    # how the trainer draws batches (fit --dataset): seed, sampling, padding_free, pad_to_multiple_of
+    epoch: dict = field(default_factory=dict)
     mapped: list[dict] = field(default_factory=list)
     ignored: list[dict] = field(default_factory=list)
 
@@ -157,7 +158,7 @@ class Recipe:
 
     def echo_options(self) -> dict:
         """``options()`` as the answer echoes them: with ``lora-all`` the adapters are on every linear
-        layer (the options' target_modules are not used), so that is what the echo says (issue 37)."""
+        layer (the options' target_modules are not used), so that is what the echo says."""
         opts = self.options()
         if self.lora_all and opts:
             opts = {**opts, "lora": {**opts["lora"], "target_modules": "all-linear (lora-all)"}}
