@@ -209,7 +209,7 @@ def _fit(args) -> int:
         if args.dataset and args.lengths:
             raise fitinput.Usage("--dataset and --lengths: give one")
         from bench.dataset import command
-        return command.run(args, q, gpu, say)
+        return command.run(args, q, gpu, say, n_gpus=n_gpus, host_bytes=host_bytes)
     asked = q.techniques is not None
     chosen, renamed = fitcells.canonical_techniques(q.techniques or fitcells.default_techniques())
     for said, spelled in (renamed if asked else {}).items():

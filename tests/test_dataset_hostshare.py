@@ -54,3 +54,20 @@ def test_a_stale_measurement_is_not_read(tmp_path):
     stale = tmp_path / "h.json"
     stale.write_text(json.dumps(dict(doc, code_sha256="0" * 64)))
     assert hostshare.read(stale)[0] is None and "changed since" in hostshare.read(stale)[1]
+
+
+def test_the_nodes_need_is_the_recipes_and_the_datas():
+    from bench.estimate import hostmem
+    doc = json.loads((REPO / "results" / "reference" / "cells" / "qwen2.5-7b__sim__lora+gc+bf16.json").read_text())
+    rec = doc["benchmarks"][0]["extra_info"] if "benchmarks" in doc else doc
+    data = hostshare.share(hostshare.read(REFERENCE)[0], 20 * 2 ** 20, 1)
+    recipe = hostmem.need(rec, "rtx-4090")["bytes"]
+    got = hostshare.node_need(rec, "rtx-4090", data)
+    larger = max(v["node_bytes"] for v in data["phases"].values())
+    assert got["recipe_bytes"] == recipe and got["data_bytes"] == larger
+    assert got["need_bytes"] == recipe + larger and got["verdict"] is None   # without --host-mem: shown, not judged
+    assert hostshare.node_need(rec, "rtx-4090", data, got["need_bytes"])["verdict"] == "fits"
+    assert hostshare.node_need(rec, "rtx-4090", data, got["need_bytes"] - 1)["verdict"] == "oom"
+    alone = hostshare.node_need(rec, "rtx-4090", None)   # --lengths: no data file, the recipe's need alone
+    assert alone["need_bytes"] == recipe and alone["data_bytes"] is None
+    assert hostshare.node_need({"status": "error"}, "rtx-4090", data) is None

@@ -95,8 +95,11 @@ def test_fit_lengths_on_two_gpus(rank_sims, tmp_path):
     assert ep["reserved_peak_bytes"] == ep["ranks"][ep["rank"]]["reserved_peak_bytes"]
     assert 0 < ep["outside_allocator_bytes"] < 2 ** 30 and ep["capacity_bytes"] == answer.capacity(
         cells.specs(MODEL, GPU, [TECH], 2048, BATCH).popitem()[1]["verdict_gpus"][GPU], ep["outside_allocator_bytes"])
-    text = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
-    assert text.returncode == 0 and "on 2 x rtx-4090" in text.stdout and "ranks: rank 0 fits" in text.stdout
+    need = doc["host_need"]   # the recipe's own record at the asked shape: rank 0 loads the checkpoint whole
+    assert need["recipe_bytes"] > 0 and need["data_bytes"] is None and need["verdict"] is None
+    text = subprocess.run([*cmd, "--host-mem", "1GB"], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert "on 2 x rtx-4090" in text.stdout and "ranks: rank 0 fits" in text.stdout
+    assert text.returncode == 1 and "does not fit" in text.stdout.split("host memory on the node")[1]   # 2 runtimes > 1 GB
 
 
 def test_a_formula_partitioned_engine_is_refused(tmp_path):

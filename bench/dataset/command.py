@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from bench.dataset import answer as epoch_answer
-from bench.dataset import epoch, lengths as lengths_mod, words
+from bench.dataset import epoch, hostshare, lengths as lengths_mod, words
 from bench.dataset.lengths import DatasetError
 from bench.dataset.stairs import GRID
 from bench.fit import cells as fitcells
@@ -48,7 +48,8 @@ class Asked:
         self.trust_remote_code, self.padding_free = trust_remote_code, padding_free
 
 
-def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: int, options=None, say=print) -> dict:
+def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: int, options=None, say=print,
+               host_bytes: int | None = None) -> dict:
     """The epoch answer as one dict (what ``--json`` prints, less ``exit_code``)."""
     if max_length % GRID:
         say(f"ft-membench: note: widths are judged in {GRID}-token steps: --seq {max_length} judged as "
@@ -112,6 +113,8 @@ def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: in
                                       sampling=args.sampling, packed_steps=packed_n, outside=outside, accum=accum,
                                       split=split, free=free)
     host = data_share(args.dataset, world)
+    need = hostshare.node_need(recipe_record(model, gpu, tech, batch, max_length, options, args, say), gpu, host,
+                               host_bytes)
     if world > 1:
         result["ranks"] = [{"rank": r, "verdict": x["verdict"], "reserved_peak_bytes": x["reserved_peak_bytes"],
                             "first_oom_step": (x["first_oom"] or {}).get("step"), "steps": x["steps"]}
@@ -122,7 +125,7 @@ def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: in
             "accum": accum, "padding_free": free,
             "dataset": info, "sampling": "packing" if args.packing else args.sampling, "seed": args.seed,
             "pad_to_multiple_of": args.pad_to_multiple_of, "simulation": how, "epoch": result, "to_change": fixes,
-            "host_data_share": host,
+            "host_data_share": host, "host_need": need,
             "versions": reuse.versions(),
             "how": _how(free, accum, batch, world, how["sample_seqs"])}
 
@@ -145,6 +148,19 @@ def _how(free: bool, accum: int, batch: int, world: int, seqs: list[int]) -> str
                "fares worst shown, its NCCL buffers taken off the card" if world > 1 else ""))
 
 
+def recipe_record(model: str, gpu: str, tech: str, batch: int, max_length: int, options, args, say) -> dict:
+    """The recipe's own record at the asked shape, as ``fit`` answers it (bench/fit/answer.py: a stored record
+    where one stands, else simulated now and kept under the results folder): its load, offloaded and
+    paged-out state give the recipe's host need."""
+    import tempfile
+    from bench.fit.answer import answer as fit_answer
+    specs = fitcells.specs(model, gpu, [tech], max_length, batch, options, args.trust_remote_code)
+    results = getattr(args, "results", None)
+    with tempfile.TemporaryDirectory(prefix="ftmb-dataset-") as tmp:   # no results folder: nothing kept
+        (line,) = fit_answer(specs, gpu, Path(results or tmp), search=False, say=say, jobs=args.jobs)
+    return line.get("record") or {}
+
+
 def rank_steps(args, lengths, batch: int, max_length: int, world: int, accum: int, packed_n: int) -> list[tuple]:
     """Each rank's (steps' samples, steps' widths): packed rows of max_length, padding-free rows of each
     step's tokens, or padded batches, in the trainer's order for that rank."""
@@ -161,7 +177,6 @@ def data_share(dataset: str | None, world: int) -> dict | None:
     measured one; None without a dataset file (``--lengths``), and the reason where it is not modelled."""
     if not dataset:
         return None
-    from bench.dataset import hostshare
     p = Path(dataset)
     if not p.is_file() or p.suffix not in (".jsonl", ".json"):
         return {"missing": "modelled for JSON lines files only: the load paths were measured on one "
@@ -215,14 +230,19 @@ def from_config(args, q, tech: str, say) -> str:
     return tech
 
 
-def run(args, q, gpu: str, say) -> int:
+def run(args, q, gpu: str, say, n_gpus: int = 1, host_bytes: int | None = None) -> int:
     techniques = q.techniques or []
     if len(techniques) != 1:
         raise Usage("--dataset answers one recipe at a time: give --techniques with one (e.g. lora+gc+bf16)")
-    tech = from_config(args, q, techniques[0], say)
-    doc = answer_doc(args, q.model, gpu, tech, q.batch or 1, q.seq or 2048, q.options, say)
+    from bench.fit import gpus as fitgpus
+    (tech,), notes = fitgpus.on_gpus([from_config(args, q, techniques[0], say)], n_gpus, True)   # --gpus N: wN
+    for note in notes:
+        say(f"ft-membench: note: {note}")
+    doc = answer_doc(args, q.model, gpu, tech, q.batch or 1, q.seq or 2048, q.options, say, host_bytes)
     verdict = doc["epoch"]["verdict"]
     code = 0 if verdict == "fits" or (verdict == "tight" and args.allow_tight) else 1   # as fit's guard
+    if (doc.get("host_need") or {}).get("verdict") == "oom":   # --host-mem: the node's need beyond it
+        code = 1
     if args.json:
         print(json.dumps(dict(doc, exit_code=code), indent=1))
     else:

@@ -80,3 +80,21 @@ def share(doc: dict, dataset_bytes: int, ranks_per_node: int = 1, workers: bool 
         rank = max(0, round(fit[0] + fit[1] * dataset_bytes))
         out["phases"][phase] = {"path": path, "rank_bytes": rank, "node_bytes": rank * ranks_per_node}
     return out
+
+
+def node_need(rec: dict, gpu: str, data: dict | None, host_bytes: int | None = None) -> dict | None:
+    """The node's host need with the data in it: the recipe's (bench/estimate/hostmem.py, from its record
+    ``rec``: the runtime, the load or the step's offloaded and paged-out state) plus the data's share on
+    the node at its larger phase (an upper bound: the two peaks need not meet), and with ``host_bytes``
+    (``--host-mem``) the verdict. None where the record gives no figures."""
+    from bench.estimate import hostmem
+    model = hostmem.need(rec, gpu)
+    if model is None:
+        return None
+    phases = (data or {}).get("phases") or {}
+    data_bytes = max((v["node_bytes"] for v in phases.values()), default=0)
+    total = model["bytes"] + data_bytes
+    return {"need_bytes": total, "recipe_bytes": model["bytes"], "recipe_parts": model["parts"],
+            "recipe_how": model["how"],
+            "data_bytes": data_bytes if phases else None, "given_bytes": host_bytes,
+            "verdict": hostmem.judge(total, host_bytes)}

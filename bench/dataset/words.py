@@ -76,5 +76,12 @@ def text(doc: dict) -> str:
         lines.append(f"the data's host memory ({_m(host['dataset_bytes'])} of JSON lines; modelled from this CPU's "
                      f"measurements of the load paths"
                      + ("" if host["within_measured"] else ", beyond the sizes measured") + f"): {per}")
+    need = doc.get("host_need")
+    if need:
+        data = f" + the data's {_m(need['data_bytes'])} at its larger phase" if need.get("data_bytes") is not None else ""
+        judged = ("" if need["given_bytes"] is None else
+                  f"; {_g(need['given_bytes'])} given: {'fits' if need['verdict'] == 'fits' else 'does not fit'}")
+        lines.append(f"host memory on the node (modelled, an upper bound): {_g(need['need_bytes'])} = the recipe's "
+                     f"{_g(need['recipe_bytes'])} (its runtime, and its load or its step's offloaded state){data}{judged}")
     lines.append(f"how: {doc['how']}")
     return "\n".join(lines)
