@@ -102,6 +102,12 @@ def lines(doc: dict) -> list[str]:
                                                       "the tokens)" if "samples_cut" in f else "")
                    + (f": {_g(f['reserved_peak_bytes'])}" if f.get("reserved_peak_bytes") else "")
                    + (", fits." if f.get("survives") else ", does not fit."))
+    need = pad.get("host_need")
+    if need:
+        data = (f" and the data's {need['data_bytes'] / MiB:.0f} MiB at its larger phase (tokenizing or training, "
+                "modelled from the load paths below)" if need.get("data_bytes") is not None else "")
+        out.append(f"Host memory on the node (modelled, an upper bound): {_g(need['need_bytes'])}: the recipe's "
+                   f"{_g(need['recipe_bytes'])} (its runtime, and the larger of its load and its step's offloaded state){data}.")
     return out
 
 

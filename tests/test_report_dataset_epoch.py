@@ -23,6 +23,9 @@ def test_the_reference_study_is_current_and_tells_the_staircase():
     section = dataset_epoch.section(STUDY)
     assert section["kind"] == "dataset_epoch" and section["image"].startswith("data:image/png;base64,")
     assert any(line.startswith("Padded (") and "Verdict: " + pad["verdict"] in line for line in section["lines"])
+    need = doc["padding"]["host_need"]   # the recipe's host need and the data's, on the node
+    assert need["need_bytes"] == need["recipe_bytes"] + need["data_bytes"] and need["data_bytes"] > 0
+    assert any(line.startswith("Host memory on the node") for line in section["lines"])
 
 
 def _edit(tmp_path, change):
