@@ -254,15 +254,16 @@ def test_a_formula_cell_is_searched_by_its_rule_over_interpolated_traces(techniq
 @pytest.mark.slow
 def test_warm_worker_record_is_the_fresh_process_record():
     # compile+bf16: a compiled step, whose frees once followed the cyclic collector's timing
-    for tech in ("lora+gc+bf16", "qlora+gc", "compile+bf16"):
-        spec = on_tiny_llama(matrix.load()[f"qwen2.5-7b__sim__{tech}"])
-        fresh = launch.run_cell(spec)
-        with SimPool() as pool:
-            pool.run_cell(tiny_spec())  # another cell first: each runs in its own fork, nothing carries over
+    cells = matrix.load()
+    with SimPool() as pool:   # one warm server for the three: each cell runs in its own fork of it
+        for tech in ("lora+gc+bf16", "qlora+gc", "compile+bf16"):
+            spec = on_tiny_llama(cells[f"qwen2.5-7b__sim__{tech}"])
+            fresh = launch.run_cell(spec)
+            pool.run_cell(tiny_spec())  # another cell first: nothing carries over from one fork to the next
             warm = pool.run_cell(spec)
-        warm.pop("_trace")
-        assert fresh["status"] == "ok"
-        assert identical.compare(fresh, warm) == []
+            warm.pop("_trace")
+            assert fresh["status"] == "ok"
+            assert identical.compare(fresh, warm) == []
 
 
 @pytest.mark.parametrize("args, says", [
