@@ -28,16 +28,23 @@ def spec_at(seq, padded, steps=None):
 def sims(tmp_path_factory):
     """The four sample lengths, padded and not (through the sample cache the command reads), and a run of four
     steps growing 512, 1024, 1536, 2048 (padding-growing's steps at 2048)."""
+    made = sample_sims(tmp_path_factory, spec_at, BATCH)
+    return dict(made, grown=made["grown"]["_trace"])
+
+
+def sample_sims(tmp_path_factory, spec_at, batch: int) -> dict:
+    """The recipe's padded and unpadded sample shapes, in a sample cache of their own (the command's), and
+    the record of three padding-growing steps at 2048."""
     from bench.records import reuse
     from bench.search.sample_cache import SampleCache
     from bench.search.simpool import SimPool
     cache = tmp_path_factory.mktemp("cache")
     with SimPool(2) as pool:
         samples = SampleCache(pool, reuse.versions(), folder=cache / "fit-samples")
-        fam, how = answer.family(spec_at, BATCH, True, samples.run_many, lambda m: None)
-        answer.family(spec_at, BATCH, False, samples.run_many, lambda m: None)   # packing's, for the command
+        fam, how = answer.family(spec_at, batch, True, samples.run_many, lambda m: None)
+        answer.family(spec_at, batch, False, samples.run_many, lambda m: None)   # packing's, for the command
         (grown,) = pool.run_many([(spec_at(2048, True, steps=3), None)])
-    return {"family": fam, "how": how, "grown": grown["_trace"], "cache": cache}
+    return {"family": fam, "how": how, "grown": grown, "cache": cache}
 
 
 def canonical(trace):
@@ -84,15 +91,24 @@ def test_the_first_oom_is_the_first_batch_too_wide(sims):
     assert fine["per_step_allocated"]["max"] == fine["per_width"][2048]["allocated_bytes"]
 
 
-def test_fit_lengths_end_to_end(sims, tmp_path):
+def lengths_command(tmp_path, cache, tech: str = TECH, batch: int = BATCH) -> tuple[list[str], dict]:
+    """``ft-membench fit --lengths`` over 40 lengths (8 of them past 2048), its sample shapes from ``cache``."""
     f = tmp_path / "lengths.txt"
     f.write_text("\n".join(str(n) for n in [40, 700, 90, 1500, 20, 2000, 3000, 100] * 5))
-    env = dict(os.environ, FT_MEMBENCH_CACHE=str(sims["cache"]))
-    cmd = [sys.executable, "-m", "bench.cli", "fit", MODEL, "--gpu", GPU, "--techniques", TECH, "--batch", str(BATCH),
+    cmd = [sys.executable, "-m", "bench.cli", "fit", MODEL, "--gpu", GPU, "--techniques", tech, "--batch", str(batch),
            "--seq", "2048", "--lengths", str(f), "--results", str(tmp_path / "results")]
+    return cmd, dict(os.environ, FT_MEMBENCH_CACHE=str(cache))
+
+
+def json_answer(cmd: list[str], env: dict) -> dict:
     out = subprocess.run([*cmd, "--json"], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    doc = json.loads(out.stdout)
+    return json.loads(out.stdout)
+
+
+def test_fit_lengths_end_to_end(sims, tmp_path):
+    cmd, env = lengths_command(tmp_path, sims["cache"])
+    doc = json_answer(cmd, env)
     assert doc["epoch"]["survives"] and doc["epoch"]["steps"] == 20 and doc["dataset"]["truncated_samples"] == 5
     assert doc["simulation"]["simulated"] == 0          # the sample shapes came from the cache
     assert {f["change"].split(" (")[0] for f in doc["to_change"]} >= {

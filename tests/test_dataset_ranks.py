@@ -3,7 +3,6 @@ trainer's DataLoader, and a rank's derived epoch (bench/dataset/stairs.py over r
 program) equals a simulation of those steps event by event, streams included."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from bench.dataset import answer, order
 from bench.estimate import replay
 from bench.fit import cells
 from tests.helpers import REPO
-from tests.test_dataset_epoch import canonical
+from tests.test_dataset_epoch import canonical, json_answer, lengths_command, sample_sims
 
 MODEL, TECH, BATCH, GPU = "tiny-llama", "lora+bf16+fsdp+w2", 2, "rtx-4090"
 LENS = [(i * 7919) % 1000 + 1 for i in range(203)]
@@ -41,16 +40,7 @@ def spec_at(seq, padded, steps=None):
 
 @pytest.fixture(scope="module")
 def rank_sims(tmp_path_factory):
-    from bench.records import reuse
-    from bench.search.sample_cache import SampleCache
-    from bench.search.simpool import SimPool
-    cache = tmp_path_factory.mktemp("cache")
-    with SimPool(2) as pool:
-        samples = SampleCache(pool, reuse.versions(), folder=cache / "fit-samples")
-        fam, _ = answer.family(spec_at, BATCH, True, samples.run_many, lambda m: None)
-        answer.family(spec_at, BATCH, False, samples.run_many, lambda m: None)   # packing's, for the command
-        (grown,) = pool.run_many([(spec_at(2048, True, steps=3), None)])
-    return {"family": fam, "grown": grown, "cache": cache}
+    return sample_sims(tmp_path_factory, spec_at, BATCH)
 
 
 def lifetimes(trace):
@@ -80,14 +70,8 @@ def test_a_ranks_derived_epoch_is_its_simulated_one(rank_sims):
 
 @pytest.mark.slow
 def test_fit_lengths_on_two_gpus(rank_sims, tmp_path):
-    f = tmp_path / "lengths.txt"
-    f.write_text("\n".join(str(n) for n in [40, 700, 90, 1500, 20, 2000, 3000, 100] * 5))
-    env = dict(os.environ, FT_MEMBENCH_CACHE=str(rank_sims["cache"]))
-    cmd = [sys.executable, "-m", "bench.cli", "fit", MODEL, "--gpu", GPU, "--techniques", TECH, "--batch", str(BATCH),
-           "--seq", "2048", "--lengths", str(f), "--results", str(tmp_path / "results")]
-    out = subprocess.run([*cmd, "--json"], capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    doc = json.loads(out.stdout)
+    cmd, env = lengths_command(tmp_path, rank_sims["cache"], TECH, BATCH)
+    doc = json_answer(cmd, env)
     ep = doc["epoch"]
     assert doc["world_size"] == 2 and doc["simulation"]["simulated"] == 0 and ep["steps"] == 10   # 20 batches, 2 ranks
     assert [r["rank"] for r in ep["ranks"]] == [0, 1] and {r["verdict"] for r in ep["ranks"]} == {"fits"}
