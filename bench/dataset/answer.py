@@ -1,19 +1,24 @@
 """``ft-membench fit ... --dataset FILE``: will this recipe survive an epoch of the user's own data?
 
-    doc = answer.epoch_answer(spec_at, lengths, info, batch=4, max_length=4096, profile=..., ...)
+    fam, how = answer.family(spec_at, 4, True, samples.run_many, say)      # the step at every width
+    doc = answer.epoch_answer(fam, lengths, batches, widths, conf, profile, max_length=4096)
+    fixes = answer.remedies(fam, lengths, [(batches, widths)], conf, profile, None, 4096, doc, batch=4)
 
-For one recipe on one GPU: the dataset's token lengths (bench/dataset/lengths.py), the batches in
-the trainer's own order (order.py), each step's padded width (epoch.py), the recipe's step
-simulated at four lengths and derived exactly at every width (stairs.py ``Family``), and the
-caching allocator replayed over the epoch (bench/estimate/replay.py):
+For one recipe on one GPU, or one rank (bench/dataset/command.py answers each rank with its own
+batches): the dataset's token lengths (bench/dataset/lengths.py), the batches in the trainer's own
+order (order.py), each step's width (epoch.py), the recipe's step simulated at four lengths and
+derived exactly at every width (stairs.py ``Family``), and the caching allocator replayed over the
+epoch (bench/estimate/replay.py):
 
 - ``staircase``: the reserved memory after each replayed step (it climbs as longer batches come);
 - ``first_oom``: the first step whose allocation fails under the GPU's capacity, with its batch's
   lengths, or None (the epoch survives);
 - ``per_step``: the allocated peak of a step at each width (its steady state), as p50 / p99 / max
   over the epoch's steps;
-- ``remedies``: the longest ``max_length`` that survives and how many samples it cuts,
-  expandable segments, packing (the recipe's own cell at batch x max_length) and a smaller batch.
+- ``remedies``: judged on every rank, the rank that reserves the most deciding: expandable
+  segments, the longest ``max_length`` that survives and how many samples it cuts, packing (the
+  recipe's unpadded step at batch x max_length), the trainer's ``group_by_length`` order, and the
+  same samples a step in twice the micro-batches.
 
 Sample simulations go through bench/search/sample_cache.py, so a second question on the same recipe
 and batch simulates nothing. Torch is imported only for the trainer's order (order.py).

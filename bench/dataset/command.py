@@ -1,8 +1,9 @@
-"""The ``--dataset`` / ``--lengths`` half of ``ft-membench fit``: one recipe on one GPU over an epoch
-of the user's data (bench/dataset/answer.py), printed as text or one JSON object. Exit status as
-``fit``'s guard: 0 the epoch fits; 1 an out-of-memory at some step, or tight (no allocation fails,
-but only because the allocator releases its cache: 0 with ``--allow-tight``); 2 bad input (the file,
-row or key, and why)."""
+"""The ``--dataset`` / ``--lengths`` half of ``ft-membench fit``: one recipe over an epoch of the user's
+data, on one GPU or per rank on several (bench/dataset/answer.py), with the node's host need, printed
+as text (bench/dataset/words.py) or one JSON object. Exit status as ``fit``'s guard: 0 the epoch fits;
+1 an out-of-memory at some step, or tight (no allocation fails, but only because the allocator
+releases its cache: 0 with ``--allow-tight``), or a host need beyond ``--host-mem``; 2 bad input (the
+file, row or key, and why)."""
 from __future__ import annotations
 
 import json
