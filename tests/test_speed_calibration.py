@@ -17,21 +17,14 @@ import pytest
 
 from bench.estimate import speedcv, speedmodel
 from bench.spec import matrix
-from tests.helpers import sim_record
+from tests.helpers import TORCHTUNE_3B_NOT_HELD, sim_record
 
 pytestmark = pytest.mark.slow
 STUDY, GPU = "sim-torchtune-3b", "a100-80gb"
 TOLERANCE = 0.25
 
 # Rows the model cannot be held to, and why (printed beside their error, not fitted on).
-UNMATCHED = {
-    "bf16+adamw-fused+padding": "the unpacked baseline trains on alpaca's real sample lengths (mostly short, "
-                                "so small kernels and per-step overheads dominate); our padded rows are a "
-                                "seeded synthetic length distribution",
-    "qlora+bf16+packing+compile+chunked-ce+gc+act-offload":
-        "the table's command steps torch AdamW where our qlora steps bitsandbytes' paged 8-bit AdamW, and "
-        "torchtune quantizes with torchao's NF4 (bitsandbytes here); printed, not fitted on",
-}
+UNMATCHED = {combo: why["speed"] for combo, why in TORCHTUNE_3B_NOT_HELD.items()}
 
 
 @pytest.fixture(scope="module")

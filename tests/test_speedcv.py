@@ -17,13 +17,13 @@ import pytest
 
 from bench.estimate import speedcv, speedmodel
 from bench.spec import matrix
-from tests.helpers import REPO
+from tests.helpers import REPO, TORCHTUNE_3B_NOT_HELD
 
 BOUND = 0.25       # every calibration row's leave-one-out error, as the calibration tests held residuals
 CELLS = REPO / "results" / "reference" / "cells"
 STUDIES = {"ampere-datacenter": ("sim-torchtune-3b", "a100-80gb"), "ada": ("sim-torchtune-8b-4090", "rtx-4090")}
-# rows printed, never fitted on (tests/test_speed_calibration.py UNMATCHED)
-NOT_FITTED = {"bf16+adamw-fused+padding", "qlora+bf16+packing+compile+chunked-ce+gc+act-offload"}
+# rows printed, never fitted on (tests/helpers.py)
+NOT_FITTED = set(TORCHTUNE_3B_NOT_HELD)
 
 
 def test_loo_of_rows_with_one_ratio_is_exact():

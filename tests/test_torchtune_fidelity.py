@@ -14,21 +14,14 @@ matched must be within 10%. The others are printed with the reason they cannot b
 import pytest
 
 from bench.spec import matrix
-from tests.helpers import sim_record
+from tests.helpers import TORCHTUNE_3B_NOT_HELD, sim_record
 
 pytestmark = pytest.mark.slow
 STUDY = "sim-torchtune-3b"
 TOLERANCE = 0.10
 
 # Rows whose settings the table leaves unstated or that sim cannot reproduce, and why.
-UNMATCHED = {
-    "bf16+adamw-fused+padding": "the unpacked baseline trains on alpaca's real sample lengths (mostly short); our padded "
-                                "rows draw a seeded synthetic length distribution (ours peaks in the optimizer step, on "
-                                "model states, so the agreement says little about the lengths)",
-    "qlora+bf16+packing+compile+chunked-ce+gc+act-offload":
-        "the table's command for this row steps torch AdamW where our qlora steps bitsandbytes' paged 8-bit "
-        "AdamW (0.2 GiB of adapter state apart), and torchtune quantizes with torchao's NF4 (bitsandbytes here)",
-}
+UNMATCHED = {combo: why["memory"] for combo, why in TORCHTUNE_3B_NOT_HELD.items()}
 
 
 # Rows held within 10% whose agreement rests on a stated reading, printed beside their error.
@@ -83,3 +76,10 @@ def test_each_flag_lowers_the_simulated_peak_as_published(rows):
     full.sort(key=lambda c: -rows[c][0]["peak_gib"])
     peaks = [rows[c][1]["peak_bytes"] for c in full]
     assert peaks == sorted(peaks, reverse=True), list(zip(full, peaks))
+
+
+def test_the_rows_not_held_are_one_table_for_memory_and_speed():
+    """The memory test, the speed calibration and its cross-validation read one table (tests/helpers.py)."""
+    from tests import test_speed_calibration, test_speedcv
+    assert set(UNMATCHED) == set(test_speed_calibration.UNMATCHED) == test_speedcv.NOT_FITTED == set(TORCHTUNE_3B_NOT_HELD)
+    assert all(why["memory"] and why["speed"] for why in TORCHTUNE_3B_NOT_HELD.values())
