@@ -38,15 +38,23 @@ from bench.spec import techniques as tech
 ROOT = published.ROOT
 DEFAULT_OUT = ROOT / "matrix" / "published.yaml"
 
+
+
+def _study_lora(study: str) -> dict:
+    """A default-matrix study's LoRA options, read from matrix/default.yaml: one copy of them."""
+    import yaml
+    doc = yaml.safe_load((ROOT / "matrix" / "default.yaml").read_text())
+    return dict(doc["studies"][study]["technique_options"]["lora"])
+
+
 # LoRA options of the matched rows, by row id prefix (the longest matching prefix wins).
-_TT_TARGETS = ["q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 LORA_OPTIONS: dict[str, dict] = {
     # torchtune recipes/configs/llama3_2/3B_{lora,qlora}_single_device.yaml: rank 64, alpha 128, q/v/output
-    # projections and the MLP, adapters trained in bf16 (as study sim-torchtune-3b in matrix/default.yaml)
-    "tt-3b-": {"r": 64, "alpha": 128, "dropout": 0.0, "adapter_dtype": "bf16", "target_modules": _TT_TARGETS},
-    # torchtune recipes/configs/llama3_1/8B_{lora,qlora}_single_device.yaml: rank 8, alpha 16, the same targets
-    # (as study sim-torchtune-8b-4090 in matrix/default.yaml)
-    "tt-8b-": {"r": 8, "alpha": 16, "dropout": 0.0, "adapter_dtype": "bf16", "target_modules": _TT_TARGETS},
+    # projections and the MLP, adapters trained in bf16: study sim-torchtune-3b's options
+    "tt-3b-": _study_lora("sim-torchtune-3b"),
+    # torchtune recipes/configs/llama3_1/8B_{lora,qlora}_single_device.yaml: rank 8, alpha 16, the same targets:
+    # study sim-torchtune-8b-4090's options
+    "tt-8b-": _study_lora("sim-torchtune-8b-4090"),
     # peft method_comparison/MetaMathQA experiment configs: rank as the row says, q_proj and v_proj,
     # peft's default fp32 adapters (the row's recipe text)
     "peft-mmqa-lora-r32": {"r": 32, "target_modules": ["q_proj", "v_proj"], "adapter_dtype": "fp32"},
