@@ -98,7 +98,7 @@ def parser() -> argparse.ArgumentParser:
     fit.add_argument("--host-mem", help="the node's host memory (e.g. 128GB, 96GiB): judge each recipe's host "
                      "memory need against it (without it the need is shown, not judged)")
     fit.add_argument("--no-hints", action="store_true", help="skip what-to-change (no extra simulations)")
-    data = fit.add_argument_group("your dataset (one recipe on one GPU over an epoch: docs/fit.md)")
+    data = fit.add_argument_group("your dataset (one recipe over an epoch, on one GPU or per rank: docs/fit.md)")
     data.add_argument("--dataset", help="a .jsonl/.json/.parquet/.arrow file of TRL rows (messages, prompt+completion "
                                         "or text): is the epoch survived, and if not at which step")
     data.add_argument("--lengths", help="instead of --dataset: a file of token lengths, one a line")
