@@ -7,6 +7,8 @@ Torch-free. The corpus is validated against corpus.schema.json, then across fiel
 - ``techniques`` parse with bench.spec.techniques.knobs (a combination our tool can run);
 - ids are unique;
 - ``value_gib`` agrees with ``value`` and ``unit`` within 0.5%;
+- ``gap`` (only on a row that is not simulated: ``source``, ``ours`` or ``both``) agrees with
+  ``lacks_source`` (what the source leaves out) and ``lacks_ours`` (what ft-membench lacks);
 - only a ``held-out`` row carries ``first_score`` (a development row was seen while the model
   was built, so its first score says nothing out of sample).
 
@@ -156,7 +158,27 @@ def _check_row(path: Path, where: str, row: dict, models: set, gpus: set) -> Non
             tech.knobs(row["techniques"].split("+"))
         except (KeyError, ValueError) as exc:
             raise PublishedError(path, f"{where}.techniques", one_line(exc.args[0] if exc.args else exc)) from None
+    _check_gap(path, where, row)
     want = gib(row["value"], row["unit"])
     if abs(row["value_gib"] - want) > TOLERANCE * want:
         raise PublishedError(path, f"{where}.value_gib",
                              f"{row['value_gib']} disagrees with {row['value']} {row['unit']} = {want:.4f} GiB (more than 0.5%)")
+
+
+GAPS = {"source": (True, False), "ours": (False, True), "both": (True, True)}  # gap: (lacks_source, lacks_ours)
+
+
+def _check_gap(path: Path, where: str, row: dict) -> None:
+    """``gap`` agrees with its two lists: source names only what the source leaves out, ours only
+    what we lack, both names each; the lists never stand without a gap."""
+    gap = row.get("gap")
+    lists = {key: row.get(key) or [] for key in ("lacks_source", "lacks_ours")}
+    if gap is None:
+        for key, items in lists.items():
+            if items:
+                raise PublishedError(path, f"{where}.{key}", "set without a gap (source, ours or both)")
+        return
+    for key, want in zip(lists, GAPS[gap]):
+        if bool(lists[key]) != want:
+            raise PublishedError(path, f"{where}.{key}",
+                                 f"gap {gap} {'needs' if want else 'takes no'} {key} (it is {lists[key] or 'empty'})")

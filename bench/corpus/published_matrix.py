@@ -193,10 +193,12 @@ def render(rows: list[dict]) -> str:
             "# The sim cells of the published corpus (matrix/published/corpus.yaml), one per matched row.",
             "# tests/test_scoreboard.py checks that this file equals a fresh generation.",
             "#",
-            "# Corpus rows not simulated, and why:"]
+            "# Corpus rows not simulated, and why ([source]: the source does not state what ran; [ours]:",
+            "# ft-membench lacks a model, GPU or technique; [both]; bench/corpus/coverage.py counts them):"]
+    gaps = {r["id"]: r.get("gap") for r in rows}
     for e in plan(rows):
         if e["reason"]:
-            head.append(f"#   {e['row']}: {' '.join(e['reason'].split())}")
+            head.append(f"#   {e['row']} [{gaps[e['row']]}]: {' '.join(e['reason'].split())}")
     body = yaml.safe_dump(generate(rows), sort_keys=False, width=110, allow_unicode=True)
     return "\n".join(head) + "\n\n" + body
 

@@ -49,7 +49,7 @@ import re
 import sys
 from pathlib import Path
 
-from bench.corpus import board, peer_fitcheck, peer_rules, peer_scope, published
+from bench.corpus import board, coverage, peer_fitcheck, peer_rules, peer_scope, published
 from bench.estimate import verdicts
 from bench.corpus import published_matrix as pm
 
@@ -301,7 +301,8 @@ def main(argv=None) -> int:
     ap.add_argument("--record-first-scores", action="store_true",
                     help="write the first score of each held-out row that has none into the corpus file")
     args = ap.parse_args(argv)
-    scored = score(published.load(args.corpus), load_records(args.records))
+    rows = published.load(args.corpus)
+    scored = score(rows, load_records(args.records))
     if args.record_first_scores:
         from bench.corpus import first_score
         written = first_score.record(args.corpus, scored, OURS)
@@ -312,8 +313,13 @@ def main(argv=None) -> int:
     own = own_benchmarks(scored)
     firsts = board.first_scores(scored, OURS)
     from bench.records import atomic
+    cov = coverage.coverage(rows)
     atomic.write_text(args.out, json.dumps({"rows": scored, "summary": table, "several_gpus": multi,
-                                            "own_benchmarks": own, "first_scores": firsts}, indent=1) + "\n")
+                                            "own_benchmarks": own, "first_scores": firsts, "coverage": cov},
+                                           indent=1) + "\n")
+    print("### the corpus: simulated, and why not")
+    print(coverage.markdown(cov))
+    print()
     print(markdown(table))
     print()
     print("### the rows on several GPUs alone (ft-membench)")
