@@ -8,13 +8,14 @@ order: torchtune's ``_component_`` builders, axolotl's ``base_model``/``micro_ba
 ``quantization_bit``, then TRL/transformers TrainingArguments), or named (``fmt``). JSON or YAML.
 A file that cannot be read (read as the matrix is: bench/spec/trainconfig/reading.py), is not a
 mapping, matches no format, or sets a memory-relevant key to a value that cannot be what it
-means (recipe.py's ``Invalid``) is a ConfigError naming the file, the key and the reason. Torch-free.
+means (recipe.py's ``Invalid``), or configures a preference or RL stage (DPO, GRPO, PPO...: stage.py),
+is a ConfigError naming the file, the key and the reason. Torch-free.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench.spec.trainconfig import axolotl, hf, llamafactory, reading, torchtune
+from bench.spec.trainconfig import axolotl, hf, llamafactory, reading, stage, torchtune
 from bench.spec.trainconfig.recipe import Invalid, Recipe
 
 FORMATS = {"torchtune": torchtune.read, "axolotl": axolotl.read, "llamafactory": llamafactory.read, "trl": hf.read}
@@ -50,6 +51,10 @@ def read(path, fmt: str | None = None) -> Recipe:
         raise ConfigError(f"--config {path}: a training config is a mapping of settings, not "
                           f"{type(doc).__name__}")
     fmt = fmt or detect(doc)
+    try:   # a preference or RL stage: an SFT answer would be too low (trainconfig/stage.py)
+        stage.check(doc, fmt)
+    except Invalid as exc:
+        raise ConfigError(f"--config {path}: {exc}") from None
     if fmt is None:
         raise ConfigError(f"--config {path}: not a TRL/transformers, axolotl, LLaMA-Factory or torchtune config "
                           f"(none of their keys); name the format with --format")

@@ -24,9 +24,8 @@ def read(doc: dict, file: str) -> Recipe:
         r.took("finetuning_type", kind, "full fine-tune (no adapter)")
     else:
         r.skip("finetuning_type", kind, "only lora and full fine-tuning are techniques here")
-    if doc.get("stage") not in (None, "sft", "pt"):
-        r.skip("stage", doc["stage"], "only a supervised/pre-training step is simulated (no reward or reference "
-                                      "model of rm/ppo/dpo/kto)")
+    if doc.get("stage") is not None:  # rm/ppo/dpo/kto never get here (trainconfig/stage.py refuses them)
+        r.took("stage", doc["stage"], "a supervised step" if doc["stage"] == "sft" else "a pre-training step")
     bits = doc.get("quantization_bit")
     if bits == 4 and doc.get("quantization_method", "bnb") == "bnb":
         r.adapter = "qlora"

@@ -1,0 +1,60 @@
+"""A preference or RL config (DPO, GRPO, PPO, a reward model) gets no answer: answered as the SFT
+step its other keys describe, it would be too low, and the guard could say "fits" for a run that dies.
+Before this refusal, LLaMA-Factory's own DPO example read as a LoRA SFT step that fits an H100 (exit
+0), with `stage: dpo` listed as ignored. The configs are the projects' published examples
+(tests/data/configs/SOURCES.md)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.spec import trainconfig
+from tests.test_fit_guard import CONFIGS, fit
+
+
+@pytest.mark.parametrize("name, key, stage", [
+    ("llamafactory-llama3-lora-dpo.yaml", "stage: 'dpo'", "DPO"),
+    ("torchtune-llama3_1-8B_lora_dpo.yaml", "loss._component_: 'torchtune.rlhf.loss.DPOLoss'", "DPO"),
+    ("open-r1-qwen2.5-1.5b-grpo.yaml", "num_generations: 7", "GRPO"),
+])
+def test_a_published_preference_or_rl_config_is_refused_naming_its_key(name, key, stage):
+    with pytest.raises(trainconfig.ConfigError) as exc:
+        trainconfig.read(CONFIGS / name)
+    message = str(exc.value)
+    assert str(CONFIGS / name) in message and key in message, message
+    assert f"a {stage} stage, which ft-membench does not simulate" in message and "too low" in message
+
+
+@pytest.mark.parametrize("doc, key, stage", [
+    ({"base_model": "Qwen/Qwen2.5-7B", "rl": "dpo", "adapter": "lora", "micro_batch_size": 1}, "rl", "DPO"),
+    ({"base_model": "Qwen/Qwen2.5-7B", "rl": "grpo", "micro_batch_size": 1}, "rl", "GRPO"),
+    ({"base_model": "Qwen/Qwen2.5-7B", "reward_model": True, "micro_batch_size": 1}, "reward_model", "RM"),
+    ({"model_name_or_path": "Qwen/Qwen2.5-7B", "per_device_train_batch_size": 1, "beta": 0.1}, "beta", "DPO"),
+    ({"model_name_or_path": "Qwen/Qwen2.5-7B", "per_device_train_batch_size": 1, "desirable_weight": 1.0,
+      "beta": 0.1}, "desirable_weight", "KTO"),
+    ({"model_name_or_path": "Qwen/Qwen2.5-7B", "finetuning_type": "lora", "stage": "ppo"}, "stage", "PPO"),
+])
+def test_each_format_says_its_stage_its_own_way(tmp_path, doc, key, stage):
+    (tmp_path / "c.json").write_text(json.dumps(doc))
+    with pytest.raises(trainconfig.ConfigError) as exc:
+        trainconfig.read(tmp_path / "c.json")
+    assert f"{key}: " in str(exc.value) and f"a {stage} stage" in str(exc.value), str(exc.value)
+
+
+def test_supervised_and_pretraining_stages_still_read(tmp_path):
+    r = trainconfig.read(CONFIGS / "llamafactory-llama3-lora-sft.yaml")
+    assert r.techniques()[0] == "lora" and not [i for i in r.ignored if i["key"] == "stage"]
+    (tmp_path / "pt.json").write_text(json.dumps({"model_name_or_path": "Qwen/Qwen2.5-7B", "finetuning_type": "full",
+                                                  "stage": "pt", "cutoff_len": 1024}))
+    assert trainconfig.read(tmp_path / "pt.json").seq == 1024
+    (tmp_path / "sft.json").write_text(json.dumps({"base_model": "Qwen/Qwen2.5-7B", "rl": None, "micro_batch_size": 2}))
+    assert trainconfig.read(tmp_path / "sft.json").batch == 2
+
+
+def test_the_cli_exits_2_before_simulating_anything(tmp_path):
+    done = fit(["qwen2.5-7b", "--gpu", "h100-80gb", "--config", str(CONFIGS / "llamafactory-llama3-lora-dpo.yaml")],
+               tmp_path, timeout=120)
+    assert done.returncode == 2, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    assert "a DPO stage" in done.stderr and "no answer is given" in done.stderr
+    assert not (tmp_path / "res").exists() or not any((tmp_path / "res").rglob("*.json"))
