@@ -3,8 +3,8 @@
     cov = coverage(rows)            # rows: bench.corpus.published.load()
     print(markdown(cov))
 
-A row is simulated when bench/corpus/published_matrix.not_simulated finds nothing missing. Every
-other row carries its ``gap`` (bench/corpus/published.py checks it against its two lists):
+A row is simulated when bench/corpus/published_matrix.plan gives it a cell. Every other row carries
+its ``gap`` (bench/corpus/published.py checks it against its two lists):
 
 - ``source``: the source does not state what a simulation needs (the model, the GPU, the batch,
   the length, or a setting that moves memory). No tool can simulate it as published;
@@ -28,19 +28,20 @@ def coverage(rows: list[dict]) -> dict:
     """{"roles": [{role, rows, simulated, source, ours, both, unclassified}, ...] plus an "all" entry,
     "lacks": [(kind, rows), ...] most frequent first}. ``unclassified``: not simulated and no gap
     (the corpus test allows none)."""
+    simulated = {e["row"] for e in published_matrix.plan(rows) if e["reason"] is None}
     out = []
     for role in (*board.ROLES, "all"):
         mine = [r for r in rows if role == "all" or r["role"] == role]
         entry = {"role": role, "rows": len(mine), "simulated": 0, "unclassified": 0, **{g: 0 for g in GAPS}}
         for row in mine:
-            if published_matrix.not_simulated(row) is None:
+            if row["id"] in simulated:
                 entry["simulated"] += 1
             else:
                 entry[row.get("gap") or "unclassified"] += 1
         out.append(entry)
     kinds = Counter()
     for row in rows:
-        if published_matrix.not_simulated(row) is not None:
+        if row["id"] not in simulated:
             kinds.update({item.split(":")[0].strip() for item in row.get("lacks_ours") or []})
     return {"roles": out, "lacks": kinds.most_common()}
 
