@@ -40,4 +40,4 @@ def test_lock_of_this_environment_names_torch_without_label_and_not_the_project(
     subprocess.run([sys.executable, "-m", "bench.records.lock", str(out)], check=True, cwd=REPO, capture_output=True)
     got = pins(out)
     assert "ft-membench" not in got and "+" not in got["torch"]
-    assert 'pip install -e ".[peers]" -c results/reference/constraints.txt' in out.read_text()
+    assert 'pip install -e ".[harness,peers]" -c results/reference/constraints.txt' in out.read_text()

@@ -78,3 +78,31 @@ def test_the_installed_command_answers_from_a_checkout_named_by_its_home(install
     assert bare.returncode == 2 and bare.stdout == ""
     line, = bare.stderr.strip().splitlines()
     assert line.startswith("ft-membench: no matrix/default.yaml") and home.ENV in line
+
+
+HARNESS = {"snakemake", "seaborn", "pandas", "matplotlib", "jinja2", "pytest", "pytest-benchmark", "pytest-xdist"}
+
+
+def test_the_cli_installs_light_and_the_harness_is_an_extra(installed):
+    """`pip install ft-membench` is the CLI: the workflow, report and test packages are the `harness` extra,
+    and `ft-membench fit` imports none of them."""
+    wheel, venv, outside = installed
+    meta = next(n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".dist-info/METADATA"))
+    requires = [line.split(":", 1)[1].strip() for line in zipfile.ZipFile(wheel).read(meta).decode().splitlines()
+                if line.startswith("Requires-Dist:")]
+    def name(req):
+        return req.split(";")[0].split(">")[0].split("=")[0].split("<")[0].strip().lower()
+    core = {name(r) for r in requires if "extra ==" not in r}
+    harness = {name(r) for r in requires if "extra == \"harness\"" in r or "extra == 'harness'" in r}
+    assert not core & HARNESS, core & HARNESS
+    assert HARNESS <= harness, HARNESS - harness
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", home.ENV)}
+    probe = ("import sys, contextlib, io\nfrom bench import cli\nout = io.StringIO()\n"
+             "with contextlib.redirect_stdout(out):\n"
+             "    try:\n        cli.main(['fit', 'qwen2.5-7b', '--gpu', 'rtx-4090', '--no-hints'])\n"
+             "    except SystemExit:\n        pass\n"
+             "print(sorted(m for m in " + repr(sorted(m.replace('-', '_') for m in HARNESS)) + " if m in sys.modules))\n")
+    got = subprocess.run([str(venv / "bin" / "python"), "-c", probe], cwd=outside, env=dict(env, **{home.ENV: str(REPO)}),
+                         capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.strip().splitlines()[-1] == "[]", got.stdout[-500:]

@@ -9,7 +9,7 @@ saying where and when it was taken. Local version labels are dropped (``torch==2
 becomes ``torch==2.13.0``): PEP 440 lets a pin without a local label match any local build,
 so the same file admits the CPU wheel on a CPU box and a CUDA wheel on a GPU box, while a
 pin with ``+cpu`` would refuse the CUDA build. Install the set with
-``pip install -e ".[peers]" -c results/reference/constraints.txt``. Torch-free.
+``pip install -e ".[harness,peers]" -c results/reference/constraints.txt``. Torch-free.
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def header(python: str, version: str) -> list[str]:
     return [
         f"# The package set behind these results: pip freeze of Python {version} ({platform.machine()}),",
         f"# taken {day} by `python -m bench.records.lock` (regenerate it the same way).",
-        '# Install: pip install -e ".[peers]" -c results/reference/constraints.txt',
+        '# Install: pip install -e ".[harness,peers]" -c results/reference/constraints.txt',
         "# torch carries no local label (+cpu/+cu128): the pin admits the CPU and the CUDA build alike.",
     ]
 

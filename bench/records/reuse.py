@@ -100,4 +100,4 @@ def drift(here: dict, constraints: Path) -> str | None:
         return None
     return ("installed " + ", ".join(other) + ": stored answers made with the reference's versions are reused "
             "and say so; --resimulate simulates them with yours (install the pinned set: "
-            'pip install -e ".[peers]" -c results/reference/constraints.txt)')
+            'pip install -e ".[harness,peers]" -c results/reference/constraints.txt)')
