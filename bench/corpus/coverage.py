@@ -22,6 +22,8 @@ from collections import Counter
 from bench.corpus import board, published_matrix
 
 GAPS = ("source", "ours", "both")
+GAP_WORDS = {"source": "the source does not state what ran", "ours": "ft-membench lacks what it ran",
+             "both": "the source does not state all it ran, and ft-membench lacks some of it"}
 
 
 def coverage(rows: list[dict]) -> dict:

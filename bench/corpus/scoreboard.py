@@ -179,8 +179,9 @@ def score(rows: list[dict], records: dict[str, dict], gpus: dict | None = None) 
         rec = records.get(e["cell"]) if e["cell"] else None
         if rec is not None:
             entry["engine_digest"] = (rec.get("versions") or {}).get("ft_membench_engine")
+        entry["gap"] = row.get("gap")
         if e["reason"]:
-            missing = f"not simulated: {e['reason']}"
+            missing = f"not simulated ({coverage.GAP_WORDS.get(row.get('gap'), 'no gap said')}): {e['reason']}"
         elif rec is None:
             missing = f"no record of cell {e['cell']} (not run yet)"
         elif rec.get("status") not in ("ok", "oom"):
