@@ -102,3 +102,16 @@ def test_torchtune_qlora_builds_everything_in_its_dtype():
     # (quantize_base=True) and build the rest (embeddings, norms, output) in `dtype`: bf16 extras, no autocast
     r = trainconfig.read(CONFIGS / "torchtune-llama3_1-8B_qlora_single_device.yaml")
     assert r.techniques()[:3] == ["qlora", "gc", "bf16"]
+
+
+def test_trls_loss_says_which_versions_the_answer_holds_for(tmp_path):
+    # huggingface/trl b58947c (v1.7.0): SFTConfig.loss_type defaults to "chunked_nll", the LM head on the labelled
+    # tokens only and the cross-entropy in chunks; 1.16 sft_trainer.py:1144 add_fused_lm_head for every loss type.
+    # ft-membench's step holds transformers' full logits: right for TRL < 1.7 (the torch_dtype spelling is < 1.0)
+    new = read(tmp_path, {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "use_peft": True, "dtype": "bfloat16"})
+    loss, = [i for i in new.ignored if i["key"] == "loss_type"]
+    assert "TRL 1.7 and later" in loss["reason"] and "high" in loss["reason"]
+    old = read(tmp_path, {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "use_peft": True, "torch_dtype": "bfloat16"})
+    assert not [i for i in old.ignored if i["key"] == "loss_type"]
+    assert [m["as"] for m in old.mapped if m["key"] == "loss_type"] == [
+        "transformers' causal-LM loss over the full logits, as TRL < 1.7 computes it"]

@@ -113,9 +113,23 @@ def read(doc: dict, file: str) -> Recipe:
             used.add(key)
             r.attention(key, doc[key])
     autocast_for_sharded_qlora(r, "bf16")
+    used.add("loss_type")
+    if "torch_dtype" in doc and "loss_type" not in doc:   # TRL < 1.0's spelling: the full-logits loss it ran
+        r.took("loss_type", "(not set)", "transformers' causal-LM loss over the full logits, as TRL < 1.7 computes it")
+    else:
+        r.skip("loss_type", doc.get("loss_type", "(not set: TRL's default)"), TRL_LOSS)
     epoch_order(doc, r)
     rest(doc, used, r)
     return r
+
+
+# TRL's SFTTrainer computes the loss without the full logits since 1.7 (loss_type "chunked_nll", the default
+# from huggingface/trl b58947c, v1.7.0; in 1.16 every loss type, through a fused LM head in tiles of 4096
+# tokens x 32768 vocabulary columns: trainer/utils.py add_fused_lm_head). ft-membench's step is transformers'
+# causal-LM loss, which holds a micro-batch's logits and their fp32 copy: TRL < 1.7, or loss_type "nll" before 1.16
+TRL_LOSS = ("the loss is answered as transformers computes it, over a micro-batch's full logits (their fp32 copy "
+            "too), as TRL's SFTTrainer did before 1.7; TRL 1.7 and later by default (and 1.16 for every loss type) "
+            "never hold the full logits, so for those versions this answer is high by about that much")
 
 
 def epoch_order(doc: dict, r: Recipe) -> None:
