@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from bench.corpus import board, published_matrix
+from bench.corpus import board, published, published_matrix
 
-GAPS = ("source", "ours", "both")
+GAPS = tuple(published.GAPS)  # source, ours, both: the loader's one list
 GAP_WORDS = {"source": "the source does not state what ran", "ours": "ft-membench lacks what it ran",
              "both": "the source does not state all it ran, and ft-membench lacks some of it"}
 

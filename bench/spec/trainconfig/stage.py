@@ -13,8 +13,8 @@ Each format says the stage its own way:
 - TRL: keys only its preference and RL configs have (DPOConfig, KTOConfig, ORPOConfig, CPOConfig,
   GRPOConfig, PPOConfig, RewardConfig in TRL 1.16), for example ``beta``, ``num_generations``,
   ``precompute_ref_log_probs``, ``desirable_weight``;
-- torchtune: a loss or model builder of ``torchtune.rlhf`` / ``torchtune.modules.rlhf`` (DPOLoss,
-  PPOLoss...), or a reference or reward model's checkpointer.
+- torchtune: a loss of ``torchtune.rlhf`` / ``torchtune.modules.rlhf`` (DPOLoss, PPOLoss...), as its
+  DPO and PPO recipes' configs set it.
 """
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ WHAT = {
     "ppo": "generation, and a reward model, a value model and a reference model beside the policy",
     "rm": "a reward head over the chosen and the rejected sequences",
 }
-KIN = {"ipo": "dpo", "rso": "dpo", "simpo": "orpo", "cpo": "orpo", "ppo": "ppo", "grpo": "grpo", "kto": "kto",
-       "orpo": "orpo", "dpo": "dpo", "rm": "rm", "reward": "rm", "gkd": "grpo", "online_dpo": "grpo", "rloo": "grpo"}
+KIN = {"ipo": "dpo", "rso": "dpo", "simpo": "orpo", "cpo": "orpo", "reward": "rm", "gkd": "grpo", "online_dpo": "grpo",
+       "rloo": "grpo"}  # a stage WHAT does not name -> the one whose memory it shares
 
 # Keys only TRL's preference/RL configs have (none is a TrainingArguments or SFTConfig key in TRL 1.16)
 TRL_KEYS = {
@@ -92,6 +92,3 @@ def check(doc: dict, fmt: str | None) -> None:
             leaf = name.rsplit(".", 1)[-1]
             if ".rlhf." in name or leaf in RLHF_COMPONENTS:
                 _refuse(where, name, RLHF_COMPONENTS.get(leaf, "ppo" if "ppo" in name.lower() else "dpo"))
-        for key in ("ref_policy_checkpointer", "reward_and_value_model", "ref_checkpointer"):
-            if key in doc:
-                _refuse(key, "(a section)", "ppo" if "reward" in key or "policy" in key else "dpo")
