@@ -125,7 +125,7 @@ def parser() -> argparse.ArgumentParser:
     meas.add_argument("--batch", type=int, help="batch size (default 1)")
     meas.add_argument("--results", default="results", help="results folder: records go to RESULTS/measured/")
     meas.add_argument("--ranks", choices=["all", "rank0"], default="all",
-                      help="rank0: an FSDP2 recipe of N GPUs (fsdp+...+wN) runs as its rank 0 alone on this GPU over "
+                      help="rank0: an FSDP recipe of N GPUs (fsdp+...+wN, fsdp1+...+wN) runs as its rank 0 alone on this GPU over "
                       "torch's fake process group: the rank's memory, without NCCL's buffers or the collectives' time")
     meas.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
     meas.add_argument("--trust-remote-code", action="store_true", help="run a Hub model's own code (auto_map)")

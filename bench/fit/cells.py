@@ -68,7 +68,7 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
     records are the matrix's own where the shape agrees. Techniques are taken in their one
     spelling (``canonical_techniques``). ``mode="cuda"``: the same question as real runs on this
     machine's GPU, capped to ``gpu``'s memory (``ft-membench measure``): one warm-up, three steps;
-    ``ranks="rank0"``: an FSDP2 recipe of several GPUs runs as its rank 0 alone on this one
+    ``ranks="rank0"``: an FSDP recipe (FSDP2 or FSDP1) of several GPUs runs as its rank 0 alone on this one
     (bench/worker/onerank.py)."""
     techniques = canonical_techniques(techniques)[0]
     base = matrix.DEFAULT_MATRIX.parent

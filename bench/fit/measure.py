@@ -18,7 +18,7 @@ used memory. What comes out, per recipe:
   (source_kind own-run, role held-out, the prediction as its first score): give it back by adding
   them to the corpus.
 
-``--ranks rank0``: a recipe of several GPUs (FSDP2) runs as its rank 0 alone on this one GPU over
+``--ranks rank0``: a recipe of several GPUs (FSDP2 or FSDP1) runs as its rank 0 alone on this one GPU over
 torch's fake process group (bench/worker/onerank.py): the rank's own memory on a real allocator,
 without NCCL's buffers (sim's need adds them) or the collectives; the record and the corpus rows say so.
 

@@ -258,8 +258,8 @@ def _spec(ctx: dict, study: str, model: modelref.Model, gpu: str, names: list[st
                                                                               or shape["seq_len"])) else "")
     bad = bad or (f"model {model.source}: " + why if (why := modelref.bounds_problem(model.config)) else "")
     one_rank = ctx["one_rank"] and knobs["world_size"] > 1
-    if one_rank and knobs["dist"] != "fsdp":
-        raise MatrixError(path, f"{where}.ranks", f"{'+'.join(names)}: rank0 runs FSDP2 cells (fsdp) alone over the "
+    if one_rank and knobs["dist"] not in ("fsdp", "fsdp1"):
+        raise MatrixError(path, f"{where}.ranks", f"{'+'.join(names)}: rank0 runs FSDP cells (fsdp, fsdp1) alone over the "
                           f"fake process group; {knobs['dist']} runs every rank")
     if mode == "cpu" and not one_rank and knobs["world_size"] > (cores := max(4, 2 * (os.cpu_count() or 1))):  # real ranks, each a process
         bad = (f"{knobs['world_size']} cpu ranks on a machine with {os.cpu_count()} cores: a cpu cell runs each rank "

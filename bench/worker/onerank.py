@@ -10,14 +10,15 @@ once and written by no one. What such a run does not hold, and its record says s
 time the collectives would take.
 
     with onerank.fake_ranks(4, "cuda") as mesh:   # FSDP2's fully_shard(..., mesh=mesh)
-        ...
+        ...                                          # FSDP1 shards over the default (fake) group
 """
 from __future__ import annotations
 
 import contextlib
 
 LOAD_OP = "(the rank's shards, placed at load)"
-MEASURED_HOW = ("rank 0's own program on this device: FSDP2 (fully_shard) over torch's fake process group of the "
+MEASURED_HOW = ("rank 0's own program on this device: FSDP (FSDP2's fully_shard, or FSDP1's FullyShardedDataParallel "
+                "for fsdp1) over torch's fake process group of the "
                 "cell's world size; its allocator, kernels and streams are real, its collectives complete at once "
                 "and write nothing, NCCL's buffers are not allocated; the whole model's build is released before "
                 "the steps (a rank that loads only its shards holds none of it)")
