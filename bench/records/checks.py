@@ -213,6 +213,10 @@ def _loss_problems(rec: dict) -> list[str]:
     if not isinstance(details, dict):
         return []
     out = []
+    program = details.get("rank_program")
+    if (rec["mode"] != "sim" and isinstance(program, dict) and program.get("process_group") == "fake"
+            and isinstance(program.get("loss"), str) and program["loss"]):
+        return out  # one rank alone over the fake group: its weights are no model's, and the record says its loss is not
     losses = details.get("losses")
     if losses is not None and not (isinstance(losses, list) and all(x is None or _finite(x) for x in losses)):
         out.append(f"details.losses {losses!r} holds a loss that is not a finite number: the step did not train")

@@ -14,13 +14,15 @@ writes it.
 """
 from __future__ import annotations
 
+import os
 import pickle
 
 from bench.estimate import replay, verdicts
 
 TRACE_SUFFIX = ".trace.json.gz"
 SNAPSHOT_SUFFIX = ".snapshot.pickle"
-CUDA_HISTORY_ENTRIES = 100_000  # torch's default max_entries for _record_memory_history
+# torch's default max_entries for _record_memory_history; a longer run's whole history needs more
+CUDA_HISTORY_ENTRIES = int(os.environ.get("FT_MEMBENCH_CUDA_HISTORY", "100000"))
 TIMELINE_POINTS = 240
 
 

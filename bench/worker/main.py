@@ -230,7 +230,7 @@ def rank_program(spec: dict, out: dict) -> None:
     if spec.get("one_rank"):
         from bench.worker import onerank
         out["details"]["rank_program"] = {"how": onerank.MEASURED_HOW, "rank": 0, "world_size": spec["world_size"],
-                                          "engine": spec["knobs"]["dist"], "process_group": "fake"}
+                                          "engine": spec["knobs"]["dist"], "process_group": "fake", "loss": onerank.LOSS}
 
 
 def versions() -> dict:

@@ -5,7 +5,7 @@ torchtitan's memory estimation run it.
 Sim runs it under fake tensors (bench/worker/sim/rankgroup.py). A cpu or cuda cell asks for it with
 its study's ``ranks: rank0`` (bench/spec/matrix.py): the rank's real program on this machine's one
 device, its real allocator, kernels and (on a GPU) FSDP's own streams, every collective completed at
-once and written by no one. What such a run does not hold, and its record says so
+once, moving no other rank's data. What such a run does not hold, and its record says so
 (``details.rank_program``): NCCL's device buffers (bench/estimate/nccl.py models them), and the
 time the collectives would take.
 
@@ -17,10 +17,12 @@ from __future__ import annotations
 import contextlib
 
 LOAD_OP = "(the rank's shards, placed at load)"
+LOSS = ("not the model's: the gathered weights hold no other rank's shards (the fake group moves no data), so the "
+        "loss may be anything, not finite included; the bytes do not depend on it")
 MEASURED_HOW = ("rank 0's own program on this device: FSDP (FSDP2's fully_shard, or FSDP1's FullyShardedDataParallel "
                 "for fsdp1) over torch's fake process group of the "
                 "cell's world size; its allocator, kernels and streams are real, its collectives complete at once "
-                "and write nothing, NCCL's buffers are not allocated; the whole model's build is released before "
+                "and move no other rank's data, NCCL's buffers are not allocated; the whole model's build is released before "
                 "the steps (a rank that loads only its shards holds none of it)")
 
 

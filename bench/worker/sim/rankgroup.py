@@ -31,7 +31,7 @@ from bench.worker.sim import dtensor_flag, fake_pointers
 from bench.worker.onerank import LOAD_OP, start_from_shards  # noqa: F401  (sim's names for them)
 
 HOW = ("rank 0's own program: the step run under fake tensors with FSDP2 (fully_shard; CPUOffloadPolicy for "
-       "fsdp-offload) over torch's fake "
+       "fsdp-offload) or, for fsdp1, FSDP1 (FullyShardedDataParallel as accelerate wraps it) over torch's fake "
        "process group of the cell's world size; its allocation trace is the rank's, replayed as the rank's")
 
 def traced(spec: dict) -> bool:

@@ -240,7 +240,7 @@ def per_rank(spec: dict, m: Measured, single: Measured | None, gathered_peers: d
     outside = nccl_details(spec, details)
     model = alloctrace.attach(out, tracker, spec, profiles, outside=outside)
     model["per_rank"] = "the trace replayed is rank 0's own step, from its shards placed at load"
-    details["verdict_rule"] = verdicts.RULE + "; the trace is rank 0's own step (FSDP2 over a fake process group" + (
+    details["verdict_rule"] = verdicts.RULE + "; the trace is rank 0's own step (" + ("FSDP1" if dist == "fsdp1" else "FSDP2") + " over a fake process group" + (
         ", its shards, gradients and optimizer step on the host)" if dist == "fsdp-offload" else ")")
     details["load_phase"] = multi_process_load(m.facts, spec, model, profiles, out)
     out["verdicts"] = verdicts.after_load(verdicts.from_replay(model, profiles, outside),
