@@ -64,6 +64,9 @@ LORA_OPTIONS: dict[str, dict] = {
     "peftmc-lora-r64-rslora": {"r": 64, "target_modules": ["q_proj", "v_proj"], "adapter_dtype": "fp32"},
     # our own H200 runs: matrix/cuda-h200.yaml's technique_options
     "h200-": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+    # our own H200 FSDP1 rank runs: matrix/cuda-h200-fsdp1.yaml's technique_options (fms-acceleration's)
+    "own-h200-fsdp1-": {"r": 16, "alpha": 16, "dropout": 0.1, "adapter_dtype": "fp32",
+                        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
     # ft-membench measure's rows: the fit command's LoRA settings (matrix/default.yaml technique_options)
     "own-": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
     # peft docs/source/accelerate/{deepspeed,fsdp}.md launch commands (read at 09802c1b): --lora_r 8 --lora_alpha 16
