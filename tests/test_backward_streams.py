@@ -3,7 +3,9 @@ node's backward runs on the stream its forward made it on, as the CUDA engine ru
 H200 (results/reference/cuda-h200-fsdp1): FSDP1's parameters are views of the gathered flat parameter
 made on its unshard stream, and the cat of their gradients into the flat gradient ran there on the GPU
 but on the default stream in sim, so sim's reserved for a full FSDP1 fine-tune was 3.9% under the H200's
-where the allocator model replaying the GPU run's own trace was 1.7% under."""
+where the allocator model replaying the GPU run's own trace was 1.7% under. The rule's mode is on only
+inside a non-default cpu stream: on for a whole step, it broke torch.compile's tracing of the cpu
+compile cells (tests/test_recipes_runs.py runs them)."""
 import torch
 
 from bench.worker.memtrack import MemTracker

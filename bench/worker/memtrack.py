@@ -43,7 +43,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench.records.record import PHASES
 from bench.worker import memresize, memtrace
-from bench.worker.streams import BackwardStreams, cpu_stream, cuda_stream
+from bench.worker.streams import cpu_stream, cuda_stream, follow_streams
 from bench.worker.tensors import NO_TENSORS, tensors_in
 
 
@@ -104,7 +104,7 @@ class MemTracker(memtrace.TrackerReports, memresize.FollowsResize, TorchDispatch
 
     def __enter__(self):
         # on torch.cpu's streams a node's backward runs on its forward's stream, as on a GPU (streams.py)
-        self._backward_streams = BackwardStreams() if self.stream_of is cpu_stream else None
+        self._backward_streams = follow_streams() if self.stream_of is cpu_stream else None
         if self._backward_streams is not None:
             self._backward_streams.__enter__()
         return super().__enter__()

@@ -3,7 +3,7 @@ GPU's caching allocator keeps one pool per stream, and the allocator replay foll
 
     cpu_stream()    # FSDP2's streams on a cpu device (cpu runs and sim)
     cuda_stream()   # a real GPU's
-    BackwardStreams  # a GPU's backward stream semantics on torch.cpu's streams (cpu runs and sim)
+    follow_streams()  # a GPU's backward stream semantics on torch.cpu's streams (cpu runs and sim)
 """
 from __future__ import annotations
 
@@ -34,13 +34,17 @@ class BackwardStreams(TorchFunctionMode):
 
     Where it shows: FSDP1 with ``use_orig_params`` makes its parameters as views of the gathered flat
     parameter on its unshard stream, so their backward (the cat of the gradients into the flat
-    gradient, a whole unit's size) runs there on a GPU, in that stream's pool."""
+    gradient, a whole unit's size) runs there on a GPU, in that stream's pool.
+
+    The mode is on only while a non-default cpu stream is entered (``follow_streams`` wraps
+    ``torch.cpu.StreamContext``), so a step that never leaves the default stream, a compiled one
+    among them, runs without it."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        current = torch.cpu.current_stream()
-        if current is _DEFAULT_CPU or not torch.is_grad_enabled():
+        if not torch.is_grad_enabled():
             return out
+        current = torch.cpu.current_stream()
         for t in (out if isinstance(out, (tuple, list)) else (out,)):
             node = getattr(t, "grad_fn", None) if isinstance(t, torch.Tensor) else None
             if node is not None and "ft_membench_stream" not in node.metadata:
@@ -50,7 +54,6 @@ class BackwardStreams(TorchFunctionMode):
         return out
 
 
-_DEFAULT_CPU = getattr(torch.cpu, "_default_cpu_stream", None)
 _ENTERED: list = []
 
 
@@ -65,3 +68,35 @@ def _enter(stream):
 def _leave(grad_inputs, grad_outputs):
     if _ENTERED:
         _ENTERED.pop().__exit__(None, None, None)
+
+
+class follow_streams:
+    """While active: entering a non-default cpu stream (``torch.cpu.stream(s)``, as FSDP enters its
+    streams on a cpu device) also enters ``BackwardStreams``, left with the stream."""
+
+    def __enter__(self):
+        cls = torch.cpu.StreamContext
+        self._saved = (vars(cls)["__enter__"], vars(cls)["__exit__"])
+        enter, leave = self._saved
+
+        def __enter__(ctx):
+            out = enter(ctx)
+            default = getattr(torch.cpu, "_default_cpu_stream", None)
+            ctx._ft_membench_mode = None
+            if ctx.stream is not None and ctx.stream is not default:
+                ctx._ft_membench_mode = BackwardStreams()
+                ctx._ft_membench_mode.__enter__()
+            return out
+
+        def __exit__(ctx, *exc):
+            mode = getattr(ctx, "_ft_membench_mode", None)
+            if mode is not None:
+                ctx._ft_membench_mode = None
+                mode.__exit__(*exc)
+            return leave(ctx, *exc)
+        cls.__enter__, cls.__exit__ = __enter__, __exit__
+        return self
+
+    def __exit__(self, *exc):
+        torch.cpu.StreamContext.__enter__, torch.cpu.StreamContext.__exit__ = self._saved
+        return False
