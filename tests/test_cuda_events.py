@@ -25,3 +25,8 @@ def test_a_device_trace_reduces_to_numbered_blocks_and_streams_in_order_of_use()
 def test_a_full_ring_buffer_is_refused():
     with pytest.raises(ValueError, match="ring buffer"):
         cuda_events.reduce({"device_traces": [[entry("alloc", 1, 8)] * 3]}, "c", max_entries=3)
+
+
+def test_the_reader_knows_the_ring_buffer_the_worker_records_with():
+    from bench.worker import alloctrace
+    assert cuda_events.CUDA_HISTORY_ENTRIES == alloctrace.CUDA_HISTORY_ENTRIES

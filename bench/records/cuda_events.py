@@ -13,9 +13,12 @@ import gzip
 import json
 import pickle
 import sys
+import os
 from pathlib import Path
 
-from bench.worker.alloctrace import CUDA_HISTORY_ENTRIES
+# the ring buffer's size the worker records with (bench/worker/alloctrace.py CUDA_HISTORY_ENTRIES, read from
+# the same variable; tests/test_cuda_events.py holds the two equal): this module stays torch-free
+CUDA_HISTORY_ENTRIES = int(os.environ.get("FT_MEMBENCH_CUDA_HISTORY", "100000"))
 
 FORMAT = "ft-membench-cuda-allocator-events/1"
 ACTIONS = ["alloc", "free_completed", "segment_alloc", "segment_free"]
