@@ -82,11 +82,11 @@ def test_one_rank_alone_is_said_in_the_corpus_rows():
     assert all("rank 0 of 2 alone" in r["recipe"] and r["n_gpus"] == 2 for r in rows)
 
 
-def test_rank0_asks_for_fsdp2_recipes_of_several_gpus_run_alone():
+def test_rank0_asks_for_fsdp_recipes_of_several_gpus_run_alone():
     from bench.fit import cells
     from bench.fit.question import Usage
     got = cells.specs("tiny-llama", "h200", ["fsdp+lora+w2"], 64, None, mode="cuda", ranks="rank0")
     (spec,) = got.values()
     assert spec["one_rank"] and spec["world_size"] == 2
-    with pytest.raises(Usage, match="rank0 runs FSDP2 cells"):
+    with pytest.raises(Usage, match="rank0 runs FSDP cells"):
         cells.specs("tiny-llama", "h200", ["zero3+w2"], 64, None, mode="cuda", ranks="rank0")
