@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import pickle
 import sys
-import os
 from pathlib import Path
 
 # the ring buffer's size the worker records with (bench/worker/alloctrace.py CUDA_HISTORY_ENTRIES, read from
