@@ -24,11 +24,13 @@ def section(df: pd.DataFrame, fits: pd.DataFrame | None = None) -> dict:
     sim = df[df["mode"] == "sim"]
     reserves = {details(r).get("verdict_reserve_bytes") for _, r in sim.iterrows()} - {None}
     if reserves:
-        items.append("The CUDA context, cuBLAS workspaces and kernels are a fixed reserve of "
+        items.append("The CUDA context and kernels are a fixed reserve of "
                      + " / ".join(f"{b / 2**20:.0f} MiB" for b in sorted(reserves) if isinstance(b, (int, float)))
                      + " per card, for memory outside the caching allocator: the most measured with NVML (742-758 MiB "
                      "on an H200, 834 MiB on an H100: results/reference/cuda-h200, cuda-h100); it varies with driver and "
-                     "GPU, and another card or driver may hold more.")
+                     "GPU, and another card or driver may hold more. cuBLAS's workspaces come beside it, per card: 2 x 32 MiB "
+                     "on Hopper (sm90), 2 x 8.125 MiB on other GPUs (torch's defaults; in the allocator's memory, no "
+                     "tensor of the trace; 64-66 MiB measured on every H100/H200 cell).")
     if _any(df, lambda r: knobs(r).get("dist")):
         items.append("DeepSpeed's communication streams' own allocator pools and its all-gather and prefetch buckets "
                      "of multi-GPU cells (FSDP2's streams are in: each rank's own traced step, with or without CPU offload, "

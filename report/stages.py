@@ -56,7 +56,8 @@ def generation_rows(df: pd.DataFrame) -> list[dict]:
 
 
 def need(row) -> int | None:
-    """What a simulated stage holds on its card: peak + the verdict's reserve (context, workspaces)."""
+    """What a simulated stage holds on its card: peak + the verdict's reserve (context, kernels); GPU-agnostic,
+    so without cuBLAS's workspaces (at most 66 MiB on Hopper)."""
     return None if row is None or missing(row["peak_bytes"]) else int(row["peak_bytes"]) + verdicts.RESERVE_BYTES
 
 

@@ -29,4 +29,4 @@ def test_a_full_ring_buffer_is_refused():
 
 def test_the_reader_knows_the_ring_buffer_the_worker_records_with():
     from bench.worker import alloctrace
-    assert cuda_events.CUDA_HISTORY_ENTRIES == alloctrace.CUDA_HISTORY_ENTRIES
+    assert cuda_events.CUDA_HISTORY_ENTRIES is alloctrace.CUDA_HISTORY_ENTRIES

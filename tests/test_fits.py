@@ -19,6 +19,7 @@ from bench.records import identical
 from bench.search.simpool import SimPool
 
 MiB = 2**20
+BLAS = verdicts.blas_workspace_bytes({"kind": "cuda"})  # a made-up card's cuBLAS workspaces (non-sm90)
 
 
 def made_up(sizes: list[int], kinds=None) -> dict:
@@ -96,7 +97,7 @@ def tiny_spec(seq=512) -> dict:
     spec = on_tiny_llama(matrix.load()["qwen2.5-7b__sim__lora+gc+bf16"])
     spec.update(seq_len=seq)
     # made-up cards sized so that every kind of answer shows on tiny-llama's grid (256..2048)
-    spec["verdict_gpus"] = {f"g{m}": {"kind": "cuda", "memory_bytes": verdicts.RESERVE_BYTES + m * MiB}
+    spec["verdict_gpus"] = {f"g{m}": {"kind": "cuda", "memory_bytes": verdicts.RESERVE_BYTES + BLAS + m * MiB}
                             for m in (100, 300, 700, 3000)}
     return spec
 
@@ -230,7 +231,7 @@ def test_a_formula_cell_is_searched_by_its_rule_over_interpolated_traces(techniq
     with SimPool() as pool:
         own = pool.run_cell(spec)
         caps = sorted({shapes.judged_bytes(own) // MiB * k // 4 for k in (3, 5, 7)})
-        spec["verdict_gpus"] = {f"g{m}": {"kind": "cuda", "memory_bytes": verdicts.RESERVE_BYTES + m * MiB}
+        spec["verdict_gpus"] = {f"g{m}": {"kind": "cuda", "memory_bytes": verdicts.RESERVE_BYTES + BLAS + m * MiB}
                                 for m in caps}
         doc = fits.search(spec, pool.run_cell)
         assert doc["not_exact"] == {}, doc["not_exact"]   # both axes interpolated, not simulated shape by shape

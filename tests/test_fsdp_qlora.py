@@ -15,6 +15,7 @@ from bench.spec import matrix
 from tests.helpers import write_matrix
 
 MiB = 2**20
+BLAS = verdicts.blas_workspace_bytes({"kind": "cuda"})  # a made-up card's cuBLAS workspaces (non-sm90)
 
 
 def cells(tmp_path, mode, techniques, gpus=("cpu",)):
@@ -29,7 +30,7 @@ def per_rank_spec(tmp_path):
     # polynomial family, by full simulations within the budget, as here
     spec = cells(tmp_path, "sim", ["qlora+fsdp-offload+gc+w2"],
                  gpus=("rtx-4090",))["tiny-llama__sim__qlora+fsdp-offload+gc+w2"]
-    spec["verdict_gpus"] = {f"g{m}": {"kind": "cuda", "memory_bytes": verdicts.RESERVE_BYTES + m * MiB}
+    spec["verdict_gpus"] = {f"g{m}": {"kind": "cuda", "memory_bytes": verdicts.RESERVE_BYTES + BLAS + m * MiB}
                             for m in (100, 300, 3000)}
     return spec
 

@@ -158,7 +158,8 @@ def test_a_sharded_cell_judges_and_needs_with_its_nccl_buffers():
     rec["status"], rec["reason"] = "ok", ""
     reserved, nbytes = rec["modelled_reserved_peak_bytes"], nccl.device_bytes(4, "pcie")["bytes"]
     assert nbytes == 124 * MiB
-    card = {"kind": "cuda", "memory_bytes": reserved + verdicts.RESERVE_BYTES + nbytes // 2, "nvlink_gbs": None}
+    blas = verdicts.blas_workspace_bytes({"kind": "cuda"})  # an unnamed arch: torch's non-sm90 default, x 2 threads
+    card = {"kind": "cuda", "memory_bytes": reserved + verdicts.RESERVE_BYTES + blas + nbytes // 2, "nvlink_gbs": None}
     spec["verdict_gpus"] = {"card": card}
     rec = record.blank(spec)
     rec.update(simulate.run(spec))
@@ -167,7 +168,8 @@ def test_a_sharded_cell_judges_and_needs_with_its_nccl_buffers():
     assert rec["details"]["nccl"]["by_gpu"]["card"]["bytes"] == nbytes
     assert rec["verdicts"]["card"] != "fits"          # without NCCL's buffers it would fit
     assert verdicts.from_estimate(reserved, rec["peak_bytes"], {"card": card}) == {"card": "fits"}
-    assert need_bytes(rec, "card")[0] == reserved + verdicts.RESERVE_BYTES + nbytes
+    assert rec["details"]["blas_workspaces"]["by_gpu"] == {"card": blas}
+    assert need_bytes(rec, "card")[0] == reserved + verdicts.RESERVE_BYTES + blas + nbytes
     assert agreement.disagreements(rec) == []
     edited = copy.deepcopy(rec)
     edited["details"]["nccl"]["by_gpu"]["card"]["bytes"] = 0

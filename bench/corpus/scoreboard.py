@@ -25,10 +25,13 @@ The measure rule: the row's ``measure`` decides which simulated figure it is com
 
 - allocated, active: the allocated peak (``peak_bytes``) without bitsandbytes' paged optimizer
   state (``details.paged_state_bytes``, else ``allocator_model.unified_peak_bytes``): that lives in
-  CUDA unified memory, outside torch's allocator, which is what these measures count;
-- reserved: the modelled reserved peak (``modelled_reserved_peak_bytes``, the allocator replay);
-- nvidia-smi: the modelled reserved peak + the verdicts' reserve (CUDA context and BLAS workspaces,
-  bench/estimate/verdicts.RESERVE_BYTES) + the paged state resident on the row's GPU (``details.paging``);
+  CUDA unified memory, outside torch's allocator, which is what these measures count; plus cuBLAS's
+  workspaces on the row's GPU (``details.blas_workspaces``: torch allocates them, no trace holds them);
+- reserved: the modelled reserved peak (``modelled_reserved_peak_bytes``, the allocator replay) plus
+  cuBLAS's workspaces on the row's GPU;
+- nvidia-smi: the modelled reserved peak + the verdicts' reserve (CUDA context and kernels,
+  bench/estimate/verdicts.RESERVE_BYTES) + cuBLAS's workspaces + the paged state resident on the row's
+  GPU (``details.paging``) + a rank's NCCL buffers;
 - not-stated: compared as allocated (the rule above), and the row says so.
 
 A peer gives one figure whatever the measure; it is compared as it is, and only on the rows it is
@@ -91,17 +94,23 @@ def simulated_figure(rec: dict, measure: str, gpu: str | None) -> tuple[int | No
         paged = details.get("paged_state_bytes")
         if paged is None:
             paged = (rec.get("allocator_model") or {}).get("unified_peak_bytes") or 0
-        return int(peak) - int(paged), COMPARED_AS[measure]
+        return int(peak) - int(paged) + _blas(details, gpu), COMPARED_AS[measure]
     reserved = rec.get("modelled_reserved_peak_bytes")
     if reserved is None:
         return None, "the record has no modelled reserved peak"
     if measure == "reserved":
-        return int(reserved), COMPARED_AS[measure]
+        return int(reserved) + _blas(details, gpu), COMPARED_AS[measure]
     if measure == "nvidia-smi":
         resident = ((details.get("paging") or {}).get(gpu) or {}).get("resident_bytes", 0)
-        from bench.estimate.measures import nccl_bytes  # a multi-GPU rank's NCCL buffers: on the card, outside torch
-        return int(reserved) + verdicts.RESERVE_BYTES + int(resident) + nccl_bytes(details, gpu), COMPARED_AS[measure]
+        from bench.estimate.measures import beside_bytes  # cuBLAS's workspaces; a rank's NCCL buffers
+        return int(reserved) + verdicts.RESERVE_BYTES + int(resident) + beside_bytes(details, gpu), COMPARED_AS[measure]
     raise ValueError(f"unknown measure {measure!r}")
+
+
+def _blas(details: dict, gpu: str | None) -> int:
+    """cuBLAS's workspaces on the row's GPU: torch's allocated and reserved memory hold them, no trace does."""
+    from bench.estimate.measures import blas_bytes
+    return blas_bytes(details, gpu) if gpu else 0
 
 
 def our_verdict(rec: dict, gpu: str) -> str | None:

@@ -2,8 +2,9 @@
 
 - ``need_bytes``: what the cell asks of the card. The modelled reserved peak of one step (the
   caching-allocator replay) plus the verdict's reserve (``details.verdict_reserve_bytes``: the
-  CUDA context and cuBLAS workspaces), the figure the verdict sets against the card's whole
-  memory. Without a modelled reserved peak, the allocated peak plus the reserve, a lower bound.
+  CUDA context and kernels) and, on a named GPU, cuBLAS's workspaces there
+  (``details.blas_workspaces``), the figure the verdict sets against the card's whole memory.
+  Without a modelled reserved peak, the allocated peak plus the reserve, a lower bound.
 - ``comparable_step``: the speed model's estimate for a GPU where its step trains the cell's
   whole batch x sequence length of tokens, else None and why. A padded batch of short samples
   (padding-growing) models a step of fewer tokens: its seconds per step and tokens per second
@@ -43,12 +44,13 @@ def _details(row) -> dict:
 
 def need_bytes(row, gpu: str | None = None) -> tuple[float | None, bool]:
     """(modelled reserved peak + verdict reserve, whether that is only a lower bound), or (None, False);
-    with ``gpu``, a multi-GPU rank's NCCL buffers on that GPU too (``details.nccl``, bench/estimate/nccl.py)."""
+    with ``gpu``, cuBLAS's workspaces and a multi-GPU rank's NCCL buffers on that GPU too
+    (``details.blas_workspaces``, ``details.nccl``: ``beside_bytes``)."""
     details = _details(row)
     reserve = details.get("verdict_reserve_bytes")
     reserve = float(reserve) if isinstance(reserve, (int, float)) else 0.0
     if gpu is not None:
-        reserve += nccl_bytes(details, gpu)
+        reserve += beside_bytes(details, gpu)
     modelled = _value(row, "modelled_reserved_peak_bytes")
     if modelled is not None:
         return float(modelled) + reserve, False
@@ -81,3 +83,15 @@ def nccl_bytes(details: dict, gpu: str) -> int:
         return nccl.recorded(details).get(gpu, 0)
     except (TypeError, ValueError, KeyError, AttributeError):
         return 0
+
+
+def blas_bytes(details: dict, gpu: str) -> int:
+    """cuBLAS's workspaces on ``gpu`` as the record holds them (bench/estimate/verdicts.py; 0 where none)."""
+    got = ((details.get("blas_workspaces") or {}).get("by_gpu") or {}).get(gpu, 0)
+    return int(got) if isinstance(got, (int, float)) else 0
+
+
+def beside_bytes(details: dict, gpu: str) -> int:
+    """What the card holds for the cell on ``gpu`` beside the replay and the reserve: cuBLAS's workspaces
+    and a multi-GPU rank's NCCL buffers."""
+    return blas_bytes(details, gpu) + nccl_bytes(details, gpu)

@@ -28,7 +28,7 @@ import json
 import pickle
 import sys
 
-from bench.estimate import pools, steady
+from bench.estimate import pools, steady, verdicts
 from bench.estimate.allocator import SOURCE, Allocator
 from bench.estimate.pools import OutOfMemory
 
@@ -194,23 +194,24 @@ def model(trace: dict, conf: str | None, gpus: dict, reserve_bytes: int, outside
     repeated: bench/estimate/steady.py; ``steady_state`` says how, or why not), no timeline rows
     beyond TIMELINE_POINTS, and,
     per GPU, ``first_oom``: None when the step fits, else the failing allocation under
-    (memory - reserve). A GPU whose capacity holds the uncapped reserved peak never fails:
+    (memory - reserve - cuBLAS's workspaces, bench/estimate/verdicts.py). A GPU whose capacity holds the uncapped reserved peak never fails:
     the allocator's decisions are the same as without a cap, so it is not replayed. ``outside``:
     {gpu: bytes} more held outside the allocator (a rank's NCCL buffers), off that GPU's capacity."""
     recorded_events = len(trace["columns"]["kind"])
     free, trace, steady_info = settled(trace, conf)
     outside = outside or {}
     first_oom, retries = {}, {}
-    for gpu, prof in gpus.items():
-        cap = prof["memory_bytes"] - reserve_bytes - outside.get(gpu, 0)
+    caps = {g: p["memory_bytes"] - reserve_bytes - verdicts.blas_workspace_bytes(p) - outside.get(g, 0)
+            for g, p in gpus.items()}
+    for gpu in gpus:
+        cap = caps[gpu]
         if free["reserved_peak_bytes"] <= cap:
             first_oom[gpu], retries[gpu] = None, 0
             continue
         capped = replay(trace, conf, capacity=cap, points=1)
         first_oom[gpu], retries[gpu] = capped["oom"], capped["alloc_retries"]
     free.update(first_oom=first_oom, alloc_retries_by_gpu=retries, source=SOURCE,
-                capacity_bytes_by_gpu={g: p["memory_bytes"] - reserve_bytes - outside.get(g, 0)
-                                       for g, p in gpus.items()},
+                capacity_bytes_by_gpu=caps,
                 trace_events=recorded_events, trace_max_events=trace["max_events"],
                 trace_dropped_events=trace["dropped_events"],
                 steady_state=dict(steady_info, how=steady.HOW if steady_info["repeats"] else None))

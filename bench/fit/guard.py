@@ -23,7 +23,7 @@ Torch-free.
 from __future__ import annotations
 
 from bench.estimate import hostmem, verdicts
-from bench.estimate.measures import need_bytes
+from bench.estimate.measures import blas_bytes, need_bytes
 
 SCHEMA_VERSION = 1
 OK, NO_FIT, BAD_INPUT, FAILED = 0, 1, 2, 3
@@ -108,7 +108,9 @@ def recipe_object(line: dict, gpu: str, cap: int, host_bytes: int | None = None)
         "memory_bytes" + (", per rank" if world > 1 else ""),
         "modelled_reserved_peak_bytes": rec.get("modelled_reserved_peak_bytes"),
         "allocated_peak_bytes": rec.get("peak_bytes"),
-        "capacity_bytes": cap, "headroom_bytes": cap + verdicts.RESERVE_BYTES - need if need is not None else None,
+        "capacity_bytes": cap,
+        "headroom_bytes": cap + verdicts.RESERVE_BYTES + blas_bytes(rec.get("details") or {}, gpu) - need
+        if need is not None else None,
         "world_size": world, "paging": page, "host_memory": host(line, gpu, host_bytes),
         "largest_seq_at_batch1": _num(row.get("max_seq_at_batch1")),
         "largest_batch_at_seq": _num(row.get("max_batch_at_seq")),
@@ -140,7 +142,8 @@ def answer_object(q, lines: list[dict], gpu: str, profile: dict, hints: list[dic
         "exit_code": code,
         "model": {"asked": q.asked, "resolved": q.model, "notes": q.notes},
         "gpu": {"name": gpu, "label": profile.get("label", gpu), "memory_bytes": profile["memory_bytes"],
-                "reserve_bytes": verdicts.RESERVE_BYTES, "capacity_bytes": cap},
+                "reserve_bytes": verdicts.RESERVE_BYTES,
+                "blas_workspace_bytes": verdicts.blas_workspace_bytes(profile), "capacity_bytes": cap},
         "shape": {"batch": spec.get("batch_size") or q.batch or 1, "seq": spec.get("seq_len") or q.seq or 2048},
         "recipes": recipes,
         "hints": hints,

@@ -42,9 +42,10 @@ def tight_line(rec: dict, need, profile: dict, gpu: str | None = None) -> str | 
     alloc = rec.get("peak_bytes")
     if not need or not isinstance(alloc, (int, float)):
         return None
-    outside = nccl_bytes(rec.get("details") or {}, gpu) if gpu else 0
-    card, reserve = profile["memory_bytes"], verdicts.RESERVE_BYTES + outside
-    nccl_said = " and NCCL's buffers" if outside else ""
+    details = rec.get("details") or {}
+    nccl = nccl_bytes(details, gpu) if gpu else 0
+    card, reserve = profile["memory_bytes"], verdicts.RESERVE_BYTES + verdicts.blas_workspace_bytes(profile) + nccl
+    nccl_said = (", cuBLAS's workspaces and NCCL's buffers" if nccl else " and cuBLAS's workspaces")
     return (f"tight: the step's allocations fit ({(alloc + reserve) / GiB:.2f} GiB with the CUDA reserve{nccl_said}, of "
             f"{card / GiB:.2f}); the allocator's modelled cache does not (need {need / GiB:.2f} GiB, "
             f"{(need - card) / GiB:.2f} over): it runs only by releasing cached segments and retrying (slower), "
@@ -71,7 +72,8 @@ def shape_said(lines: list[dict]) -> list[str]:
 def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -> str:
     cap = verdicts.capacity(profile)
     out = [f"{model} on {gpu} ({profile.get('label', gpu)}): {profile['memory_bytes'] / GiB:.1f} GiB, "
-           f"{cap / GiB:.1f} GiB usable after the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB CUDA reserve",
+           f"{cap / GiB:.1f} GiB usable after the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB CUDA reserve and "
+           f"{verdicts.blas_workspace_bytes(profile) / verdicts.MiB:g} MiB of cuBLAS workspaces",
            "simulated (fake tensors, counted as CUDA would allocate; reserved memory modelled), not measured on a GPU",
            *shape_said(lines), ""]
     # one-GPU recipes first, then those on several GPUs under their own heading
@@ -117,7 +119,7 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
     if cal:   # the speed's out-of-sample error (bench/estimate/speedcv.py), not its calibration residuals
         out.append(f"speed: modelled, {cal.split(' (', 1)[0]}; {speedcv.note(cal)}.")
     out.append(f"need: the modelled reserved peak of a step (the allocator's steady state) plus the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB "
-               "CUDA reserve (context, cuBLAS workspaces), the figure the verdict sets against the card's memory and "
+               "CUDA reserve (context, kernels) and cuBLAS's workspaces on the card, the figure the verdict sets against the card's memory and "
                "the report's need (per rank for ZeRO/FSDP, with NCCL's buffers, whose speed is per rank and for the run; '>=' where no "
                "reserved peak was modelled). Where each answer came from:")
     for ln in lines:

@@ -17,7 +17,7 @@ next context past the largest that fit (the search's ``peak_at_next_*``). Torch-
 from __future__ import annotations
 
 from bench.estimate import speedcv, verdicts
-from bench.estimate.measures import need_bytes, nccl_bytes
+from bench.estimate.measures import beside_bytes, need_bytes, nccl_bytes
 from bench.search import fits_csv
 from bench.spec.techniques import BNB_OPTIMIZERS, knobs
 
@@ -70,6 +70,12 @@ def _need(line: dict, gpu: str):
 
 
 def _outside(line: dict, gpu: str) -> int:
+    """What the recipe holds on ``gpu`` beside its replay and the reserve: cuBLAS's workspaces and a
+    multi-GPU recipe's NCCL buffers (bench/estimate/measures.py ``beside_bytes``)."""
+    return beside_bytes((line.get("record") or {}).get("details") or {}, gpu)
+
+
+def _nccl(line: dict, gpu: str) -> int:
     """A multi-GPU recipe's NCCL buffers on ``gpu`` (bench/estimate/nccl.py), 0 on one GPU."""
     return nccl_bytes((line.get("record") or {}).get("details") or {}, gpu)
 
@@ -214,7 +220,7 @@ def next_step(base: dict, gpu: str, cap: int) -> list[dict]:
 def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict]:
     """The hints for one answered recipe (``base``: a line of the fit answer). ``evaluate(list of
     technique lists) -> lines`` answers recipes as the fit command does."""
-    cap = verdicts.capacity(profile, _outside(base, gpu))  # the search's peaks are the asked recipe's
+    cap = verdicts.capacity(profile, _nccl(base, gpu))  # the search's peaks are the asked recipe's
     if base.get("verdict") == "fits":
         return [dict(h, also_changes=None) for h in next_step(base, gpu, cap)]
     if (base.get("record") or {}).get("status") != "ok":
@@ -255,7 +261,7 @@ def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict
 
 def _plus(value, outside: int = 0):
     """A search's modelled reserved peak as a need (the table's and the report's): plus the CUDA reserve
-    and ``outside`` (a multi-GPU rank's NCCL buffers)."""
+    and ``outside`` (cuBLAS's workspaces, a multi-GPU rank's NCCL buffers: ``_outside``)."""
     value = _int(value)
     return value + verdicts.RESERVE_BYTES + outside if value is not None else None
 

@@ -27,7 +27,9 @@ What is re-derived, per kind of ok sim record:
   bench/estimate/nccl.py gives for the record's world size and that GPU's interconnect, and the
   verdicts above are judged with them off the capacity;
 - every kind: ``details.verdict_reserve_bytes`` is ``verdicts.RESERVE_BYTES`` (the need printed,
-  bench/estimate/measures.need_bytes, is the modelled peak plus it, and a rank's NCCL buffers).
+  bench/estimate/measures.need_bytes, is the modelled peak plus it, and a rank's NCCL buffers);
+- every kind but a vLLM plan: ``details.blas_workspaces`` names every verdict GPU with one of the
+  rule's sizes (``verdicts.BLAS_SIZES``), and the capacities above are taken less them.
 """
 from __future__ import annotations
 
@@ -46,6 +48,11 @@ def disagreements(rec: dict) -> list[str]:
         if (rec["knobs"] or {}).get("workload") == "vllm":
             return _vllm(rec, details, caps)
         out = []
+        blas = (details.get("blas_workspaces") or {}).get("by_gpu")
+        if not isinstance(blas, dict) or set(blas) != set(caps) or any(v not in verdicts.BLAS_SIZES for v in blas.values()):
+            return [f"details.blas_workspaces.by_gpu is {blas!r}: not one of {verdicts.BLAS_SIZES} for each of "
+                    f"{sorted(caps)}, so the capacities the verdicts were judged on are unknown"]
+        profiles = {g: dict(p, blas_workspace_bytes=blas[g]) for g, p in profiles.items()}
         if details.get("verdict_reserve_bytes") != verdicts.RESERVE_BYTES:
             out.append(f"details.verdict_reserve_bytes is {details.get('verdict_reserve_bytes')!r}, the verdicts' "
                        f"reserve is {verdicts.RESERVE_BYTES}: the need printed would not be the one judged")

@@ -16,8 +16,8 @@ import pickle
 import sys
 from pathlib import Path
 
-# the ring buffer's size the worker records with (bench/worker/alloctrace.py CUDA_HISTORY_ENTRIES, read from
-# the same variable; tests/test_cuda_events.py holds the two equal): this module stays torch-free
+# the ring buffer's size the worker records with (bench/worker/alloctrace.py imports it from here): this
+# module stays torch-free
 CUDA_HISTORY_ENTRIES = int(os.environ.get("FT_MEMBENCH_CUDA_HISTORY", "100000"))
 
 FORMAT = "ft-membench-cuda-allocator-events/1"

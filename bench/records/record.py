@@ -94,6 +94,7 @@ REPORT_DETAILS = {
     "optimizer_state_dtypes": (list, "ok", "dtypes of the optimizer state (claims: Adam is 2x fp16)"),
     "verdict_rule": (str, "sim ok", "the rule the verdicts follow (page notes)"),
     "verdict_reserve_bytes": (int, "sim ok", "bytes the verdict adds to the peak (page notes)"),
+    "blas_workspaces": (dict, "optional", "cuBLAS's workspaces per GPU the verdict adds beside the replay (verdicts.py)"),
     "verdict_notes": (dict, "sim ok", "{gpu: caveat} of the verdicts (page notes)"),
     "peers": (list, "sim ok", "DeepSpeed's and accelerate's estimates beside ours (peer table)"),
     "zero_partitioning": (str, "sim ok sharded", "how the sharding was worked out: per rank, or analytically"),

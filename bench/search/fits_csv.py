@@ -24,7 +24,7 @@ COLUMNS = ("study", "model", "technique", "gpu", "cell", "seq_len", "batch_size"
            "seq_below", "batch_below", "peak_at_max_seq_bytes", "peak_at_next_seq_bytes", "peak_at_max_batch_bytes",
            "peak_at_next_batch_bytes", "verdict_rule", "provenance", "reason", "how", "inputs_sha256")
 RULE = ("fits: the modelled reserved peak (allocation trace replayed through bench/estimate/allocator.py's CUDA "
-        f"caching-allocator model) <= GPU memory - {verdicts.RESERVE_BYTES // verdicts.MiB} MiB (bench/estimate/verdicts.py); "
+        f"caching-allocator model) <= GPU memory - {verdicts.RESERVE_BYTES // verdicts.MiB} MiB - cuBLAS's workspaces (bench/estimate/verdicts.py); "
         "peaks given are modelled reserved bytes")
 # bracketed: the exact search's budget ran out between a shape that fits (max_*) and one that
 # does not (*_below): "at least 11264 tokens, below 12288"

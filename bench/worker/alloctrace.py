@@ -14,15 +14,15 @@ writes it.
 """
 from __future__ import annotations
 
-import os
 import pickle
 
 from bench.estimate import replay, verdicts
+# the ring buffer's size (FT_MEMBENCH_CUDA_HISTORY, torch's default 100000): read in one place, where the
+# snapshot's reduction checks it (torch-free)
+from bench.records.cuda_events import CUDA_HISTORY_ENTRIES
 
 TRACE_SUFFIX = ".trace.json.gz"
 SNAPSHOT_SUFFIX = ".snapshot.pickle"
-# torch's default max_entries for _record_memory_history; a longer run's whole history needs more
-CUDA_HISTORY_ENTRIES = int(os.environ.get("FT_MEMBENCH_CUDA_HISTORY", "100000"))
 TIMELINE_POINTS = 240
 
 

@@ -52,5 +52,6 @@ def generate(spec: dict, mode: str) -> dict:
     model = alloctrace.attach(out, tracker, spec, spec["verdict_gpus"])
     out["verdicts"] = verdicts.from_replay(model, spec["verdict_gpus"])
     out["details"].update(verdict_rule=verdicts.RULE, verdict_reserve_bytes=verdicts.RESERVE_BYTES,
+                          blas_workspaces=verdicts.blas_details(spec["verdict_gpus"], threads=1),
                           verdict_notes=verdicts.notes(spec["knobs"], spec["verdict_gpus"]))
     return out

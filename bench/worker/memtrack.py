@@ -43,7 +43,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench.records.record import PHASES
 from bench.worker import memresize, memtrace
-from bench.worker.streams import cpu_stream, cuda_stream, follow_streams
+from bench.worker.streams import FollowsBackwardStreams, cpu_stream, cuda_stream
 from bench.worker.tensors import NO_TENSORS, tensors_in
 
 
@@ -58,7 +58,7 @@ def _key(storage) -> int:
 HOST_SERIALS = 1 << 48  # serials of storages born on the host (offloaded steps): never in the trace
 
 
-class MemTracker(memtrace.TrackerReports, memresize.FollowsResize, TorchDispatchMode):
+class MemTracker(memtrace.TrackerReports, memresize.FollowsResize, FollowsBackwardStreams, TorchDispatchMode):
     def __init__(self, budget_bytes: int | None = None, rounding=None, op_hooks=(), phase_sets: bool = False,
                  stream_of=None):
         """``stream_of``: () -> a key of the stream allocations go to now, None for the default stream
@@ -85,7 +85,6 @@ class MemTracker(memtrace.TrackerReports, memresize.FollowsResize, TorchDispatch
         self.host_peak = 0
         self.host_phases: set = set()       # phases whose new storages are born on the host
         self._resize_saved = None
-        self._backward_streams = None
         self.phase_live: dict[str, list] = {}  # phase -> live entries at that phase's peak
         self._phase_dirty = None
         self.events: list[tuple] = []       # (1, serial, bytes, step, phase, op, stream) | (0, serial, step, phase)
@@ -101,20 +100,6 @@ class MemTracker(memtrace.TrackerReports, memresize.FollowsResize, TorchDispatch
         self.stopped = False                # ``stop()``: nothing after it is counted
         self.in_registers: dict[int, int] = {}  # storage key -> negative serial: values no kernel wrote
         self._unstored = 0
-
-    def __enter__(self):
-        # on torch.cpu's streams a node's backward runs on its forward's stream, as on a GPU (streams.py)
-        self._backward_streams = follow_streams() if self.stream_of is cpu_stream else None
-        if self._backward_streams is not None:
-            self._backward_streams.__enter__()
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        out = super().__exit__(*exc)
-        if self._backward_streams is not None:
-            self._backward_streams.__exit__(*exc)
-            self._backward_streams = None
-        return out
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:

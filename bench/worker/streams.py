@@ -4,6 +4,7 @@ GPU's caching allocator keeps one pool per stream, and the allocator replay foll
     cpu_stream()    # FSDP2's streams on a cpu device (cpu runs and sim)
     cuda_stream()   # a real GPU's
     follow_streams()  # a GPU's backward stream semantics on torch.cpu's streams (cpu runs and sim)
+    FollowsBackwardStreams  # the tracker's mixin: follow_streams while a cpu-stream tracker is entered
 """
 from __future__ import annotations
 
@@ -100,3 +101,22 @@ class follow_streams:
     def __exit__(self, *exc):
         torch.cpu.StreamContext.__enter__, torch.cpu.StreamContext.__exit__ = self._saved
         return False
+
+
+class FollowsBackwardStreams:
+    """A tracker mixin (``MemTracker``): while a tracker that reads torch.cpu's streams is entered,
+    a node's backward runs on its forward's stream, as on a GPU (``follow_streams``)."""
+    _backward_streams = None
+
+    def __enter__(self):
+        self._backward_streams = follow_streams() if self.stream_of is cpu_stream else None
+        if self._backward_streams is not None:
+            self._backward_streams.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        out = super().__exit__(*exc)
+        if self._backward_streams is not None:
+            self._backward_streams.__exit__(*exc)
+            self._backward_streams = None
+        return out

@@ -156,7 +156,8 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
             details["offloaded_bytes"] = part["offloaded_bytes"]
             details["offloaded_how"] = "analytic: the offloaded categories' partition per rank, in host memory"
     profiles = spec["verdict_gpus"]
-    details.update(verdict_reserve_bytes=verdicts.RESERVE_BYTES, verdict_notes=verdicts.notes(spec["knobs"], profiles))
+    details.update(verdict_reserve_bytes=verdicts.RESERVE_BYTES, blas_workspaces=verdicts.blas_details(profiles),
+                   verdict_notes=verdicts.notes(spec["knobs"], profiles))
     if spec["knobs"]["dist"]:  # the trace is the single process's step: no per-rank replay
         model = alloctrace.attach(out, tracker, spec, {}, trace)
         reserved = out["peak_bytes"] + model["fragmentation_at_peak_bytes"]
@@ -236,7 +237,8 @@ def per_rank(spec: dict, m: Measured, single: Measured | None, gathered_peers: d
             "traced_over_formula": out["peak_bytes"] / formula["peak_bytes"] - 1 if formula["peak_bytes"] else None}
         details["unpartitioned"] = {k: single.out[k] for k in ("peak_bytes", "breakdown_bytes", "phase_peak_bytes",
                                                                "step_peak_bytes")}
-    details.update(verdict_reserve_bytes=verdicts.RESERVE_BYTES, verdict_notes=verdicts.notes(spec["knobs"], profiles))
+    details.update(verdict_reserve_bytes=verdicts.RESERVE_BYTES, blas_workspaces=verdicts.blas_details(profiles),
+                   verdict_notes=verdicts.notes(spec["knobs"], profiles))
     outside = nccl_details(spec, details)
     model = alloctrace.attach(out, tracker, spec, profiles, outside=outside)
     model["per_rank"] = "the trace replayed is rank 0's own step, from its shards placed at load"
