@@ -8,14 +8,15 @@ order: torchtune's ``_component_`` builders, axolotl's ``base_model``/``micro_ba
 ``quantization_bit``, then TRL/transformers TrainingArguments), or named (``fmt``). JSON or YAML.
 A file that cannot be read (read as the matrix is: bench/spec/trainconfig/reading.py), is not a
 mapping, matches no format, or sets a memory-relevant key to a value that cannot be what it
-means (recipe.py's ``Invalid``), or configures a preference or RL stage (DPO, GRPO, PPO...: stage.py),
+means (recipe.py's ``Invalid``), or configures a preference or RL stage (DPO, GRPO, PPO...: stage.py)
+or a parallelism other than data parallelism (tensor, context, sequence, pipeline; HSDP: parallel.py),
 is a ConfigError naming the file, the key and the reason. Torch-free.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench.spec.trainconfig import axolotl, hf, llamafactory, reading, stage, torchtune
+from bench.spec.trainconfig import axolotl, hf, llamafactory, parallel, reading, stage, torchtune
 from bench.spec.trainconfig.recipe import Invalid, Recipe
 
 FORMATS = {"torchtune": torchtune.read, "axolotl": axolotl.read, "llamafactory": llamafactory.read, "trl": hf.read}
@@ -51,8 +52,9 @@ def read(path, fmt: str | None = None) -> Recipe:
         raise ConfigError(f"--config {path}: a training config is a mapping of settings, not "
                           f"{type(doc).__name__}")
     fmt = fmt or detect(doc)
-    try:   # a preference or RL stage: an SFT answer would be too low (trainconfig/stage.py)
-        stage.check(doc, fmt)
+    try:   # a preference or RL stage: an SFT answer would be too low (trainconfig/stage.py); tensor, context,
+        stage.check(doc, fmt)   # sequence or pipeline parallelism, or HSDP: another run's answer (trainconfig/parallel.py)
+        parallel.check(doc)
     except Invalid as exc:
         raise ConfigError(f"--config {path}: {exc}") from None
     if fmt is None:
