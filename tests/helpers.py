@@ -101,6 +101,13 @@ def gpu_runs_and_twins(root: Path, gpu: str) -> tuple[dict, dict]:
     return cuda, sim
 
 
+def on_gpu(rec: dict, gpu: str, figure: str = "peak_bytes") -> int:
+    """A sim record's allocated (``peak_bytes``) or modelled reserved peak as the GPU's allocator reports it:
+    plus cuBLAS's workspaces on ``gpu`` (``details.blas_workspaces``: torch allocates them, no trace holds them)."""
+    from bench.estimate.measures import blas_bytes
+    return rec[figure] + blas_bytes(rec.get("details") or {}, gpu)
+
+
 def sim_record(spec: dict) -> dict:
     """A sim cell's record as the engine makes it: the reference's (results/reference/cells), where
     it stands by the fit command's own rule (bench/fit/stored.py ``stored_record``: the record gate

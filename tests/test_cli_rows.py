@@ -1,4 +1,4 @@
-"""Issue 27's defects of ``ft-membench fit`` (bench/fit/table.py, bench/cli_format.py), each on the
+"""Row defects of ``ft-membench fit`` (bench/fit/table.py, bench/cli_format.py), each on the
 committed reference records and searches (results/reference/), rendered as the CLI prints them.
 
     pytest tests/test_cli_rows.py -q

@@ -1,4 +1,4 @@
-"""Issue 37 items 5 and 6: one recipe, one spelling (the technique set canonicalized before any
+"""One recipe, one spelling (the technique set canonicalized before any
 lookup or cell id), and the GPUs a question asks for counted by a flag. Torch-free."""
 from __future__ import annotations
 

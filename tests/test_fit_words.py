@@ -61,7 +61,8 @@ def _row(technique, verdict, world=1, reason="", seq_fit=None):
 
 
 def test_the_default_answer_says_its_shape_groups_multi_gpu_rows_and_says_a_repeated_note_once():
-    """Issue 37, item 9: 16 rows, 10 repeating the same notes; multi-GPU rows mixed in; no shape."""
+    """The default answer of 16 rows, 10 repeating the same notes, multi-GPU rows mixed in: said once, grouped,
+    with its shape."""
     note = "oom while loading: the weights alone exceed the card"
     lines = [_row("zero3+w8", "oom", world=8, reason=note), _row("baseline", "oom", reason=note),
              _row("lora", "oom", reason=note), _row("qlora", "fits", seq_fit=2048)]

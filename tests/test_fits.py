@@ -339,7 +339,7 @@ def test_fit_command_answers_from_a_fits_table_of_the_same_inputs(tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_warm_server_is_replaced_and_the_answers_go_on():
-    """Issue 25: fit crashed when its warm server was killed, losing the answers computed so far."""
+    """A killed warm server is replaced; the answers computed so far are kept (fit used to crash, losing them)."""
     import os
     import signal
     spec = tiny_spec(seq=256)
@@ -368,8 +368,8 @@ def test_fit_answers_from_a_study_record_for_a_gpu_the_study_judged(tmp_path):
 
 
 def test_fit_bounds_are_the_matrix_bounds_and_gpu_names_any_case():
-    """Issue 27: '--seq 1' was refused after the usage said 'between 1 and ...'; 'RTX-4090'
-    was unknown; --help listed no GPU."""
+    """'--seq 1' is taken, as the usage's 'between 1 and ...' says; 'RTX-4090' names a GPU in any case; --help
+    lists the GPUs."""
     import subprocess
     import sys
     from bench.fit import cells, question
@@ -382,8 +382,8 @@ def test_fit_bounds_are_the_matrix_bounds_and_gpu_names_any_case():
 
 
 def test_fit_columns_hold_long_names_and_reasons():
-    """Issue 27: a technique longer than 28 characters shifted every column after it, and a
-    long reason was cut mid-word in its column; it is now printed whole under the row."""
+    """A technique longer than 28 characters never shifts the columns after it, and a long reason is never cut
+    mid-word in its column: it is printed whole under the row."""
     from bench.fit import table
     reason = "not searched: zero3 at world size 8: the verdict is an analytic per-rank partitioning"
     assert table.fitted(reason, 47).rstrip().endswith("(below)") and len(table.fitted(reason, 47)) == 47
@@ -391,8 +391,8 @@ def test_fit_columns_hold_long_names_and_reasons():
 
 
 def test_a_search_that_ran_out_of_budget_reports_its_bracket():
-    """Issue 37: the newcomer's Mistral search simulated 11264 tokens (fits) and 12288 (does not),
-    then its budget ran out and the row said "not searched". The bracket is the answer."""
+    """A bracket found is the answer: a search that simulated 11264 tokens (fits) and 12288 (does not) and then
+    ran out of budget says "at least 11264, below 12288", never "not searched"."""
     peaks = {k: k * 10 for k in range(1, 129)}  # monotone; cap 445 -> the largest that fits is 44
     budget = {"left": 5}
 
@@ -415,7 +415,7 @@ def test_a_search_that_ran_out_of_budget_reports_its_bracket():
 
 
 def test_progress_lines_of_an_exact_search_say_at_most():
-    """Issue 37: "simulation 7/7 ... the last one", then "8/8 ... the last one", up to 13/13."""
+    """Progress of an exact search says "of at most n", never "n/n ... the last one" followed by "n+1/n+1"."""
     from bench.search.progress import Pace
     said = []
     pace = Pace(7, said.append, "x search")

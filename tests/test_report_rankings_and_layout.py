@@ -1,4 +1,4 @@
-"""Issue 27's report defects, each on made-up records (tests/records.py) or the built page.
+"""Report rankings and layout, each on made-up records (tests/records.py) or the built page.
 
     pytest tests/test_report_rankings_and_layout.py -q
 """

@@ -4,7 +4,7 @@
 
 - ``test_fits_warm_sim_eval``: one Qwen2.5-7B lora+gc+bf16 cell (batch 1 x 2048 tokens)
   simulated in the warm worker (bench/search/simpool.py: imports paid once, a fresh fork per
-  cell), against the same cell in a fresh worker process (bench/runner/launch.py). Issue 13's target:
+  cell), against the same cell in a fresh worker process (bench/runner/launch.py). The target:
   <= 2 s a warm evaluation.
 - ``test_fits_search_one_technique``: the whole search for that model x technique across
   the nine GPU profiles of the 7-8B study (bench/search/fits.py): the simulations it runs (two at a

@@ -1,4 +1,4 @@
-"""Issue 43's time targets for a model never seen, as pytest-benchmark benchmarks: opt-in (minutes each).
+"""The time targets for a model never seen, as pytest-benchmark benchmarks: opt-in (minutes each).
 
     FT_MEMBENCH_TARGETS=1 pytest bench/speed/test_new_model_targets.py --benchmark-json new-model.json
 

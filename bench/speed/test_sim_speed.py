@@ -129,7 +129,7 @@ def test_sim_layer_extension(benchmark):
     cell) two ways in the same conditions: the full 28-layer step, and the step simulated with
     2, 3 and 4 layers and extended (bench/worker/sim/layers.py). Asserted on the saved data:
     the two records are identical, the extension was used, and it is at least 1.5x faster.
-    Issue 13's target, <= 2 s a warm evaluation, is recorded (``meets_target``), not asserted."""
+    The target, <= 2 s a warm evaluation, is recorded (``meets_target``), not asserted."""
     import json
 
     from bench.records import identical

@@ -18,7 +18,7 @@ does not give:
 
 Answered as the data-parallel run the config's other keys describe, such a config would get another
 run's figure; for HSDP a figure too low, so the guard could say "fits" for a run that dies. So it gets
-no answer: ``check`` raises recipe.Invalid naming the key (issue 41 builds these parallelisms). A
+no answer: ``check`` raises recipe.Invalid naming the key. A
 degree of 1 (or none) is no parallelism and passes. Torch-free.
 """
 from __future__ import annotations
