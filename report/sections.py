@@ -214,6 +214,9 @@ def notes_section(df: pd.DataFrame, mode: str):
         if isinstance(rule, str):
             rules[rule + (f" (reserve {fmt_gib(reserve)} GiB)" if isinstance(reserve, (int, float)) else "")] = None
     items += [f"Verdict rule: {rule}" for rule in rules]
+    blas = {str((details(r).get("blas_workspaces") or {}).get("label")) for _, r in rows.iterrows()
+            if isinstance(details(r).get("blas_workspaces"), dict)}
+    items += [f"cuBLAS workspaces beside the trace: {label}" for label in sorted(blas)]
     caveats: dict[tuple, int] = {}
     for _, r in rows.iterrows():
         for gpu, note in (details(r).get("verdict_notes") or {}).items():

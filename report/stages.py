@@ -20,6 +20,7 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.estimate import verdicts
+from bench.estimate.measures import blas_bytes
 from bench.spec import workloads
 from report.fmt import DASH, details, fmt_count, fmt_gib, jcol, knobs, missing, row_gpus
 
@@ -55,10 +56,12 @@ def generation_rows(df: pd.DataFrame) -> list[dict]:
     return rows
 
 
-def need(row) -> int | None:
-    """What a simulated stage holds on its card: peak + the verdict's reserve (context, kernels); GPU-agnostic,
-    so without cuBLAS's workspaces (at most 66 MiB on Hopper)."""
-    return None if row is None or missing(row["peak_bytes"]) else int(row["peak_bytes"]) + verdicts.RESERVE_BYTES
+def need(row, gpu: str) -> int | None:
+    """What a simulated stage holds on its card: peak + the verdict's reserve (context, kernels) + cuBLAS's
+    workspaces on ``gpu`` (the record's ``details.blas_workspaces``)."""
+    if row is None or missing(row["peak_bytes"]):
+        return None
+    return int(row["peak_bytes"]) + verdicts.RESERVE_BYTES + blas_bytes(details(row), gpu)
 
 
 def replan(plan: dict, another: int) -> dict:
@@ -88,8 +91,8 @@ def stage_plans(df: pd.DataFrame) -> list[dict]:
         for gpu, plan in plans.items():
             out.append({"model": v["model"], "gpu": gpu, "technique": v["technique"],
                         "util": plan["gpu_memory_utilization"], "alone": plan,
-                        "beside_generate": replan(plan, need(gen)) if gen is not None else None,
-                        "beside_train": replan(plan, need(train)) if train is not None else None,
+                        "beside_generate": replan(plan, need(gen, gpu)) if gen is not None else None,
+                        "beside_train": replan(plan, need(train, gpu)) if train is not None else None,
                         "train": train, "generate": gen})
     return out
 
@@ -116,8 +119,8 @@ def stage_rows(df: pd.DataFrame) -> list[dict]:
         alone = p["alone"]
         rows.append({"model": p["model"], "gpu": p["gpu"], "technique": p["technique"],
                      "card": fmt_gib(alone["total_bytes"]),
-                     "train": f"{fmt_gib(need(p['train']))} ({verdict_of(p['train'], p['gpu'])})",
-                     "generate": f"{fmt_gib(need(p['generate']))} ({verdict_of(p['generate'], p['gpu'])})",
+                     "train": f"{fmt_gib(need(p['train'], p['gpu']))} ({verdict_of(p['train'], p['gpu'])})",
+                     "generate": f"{fmt_gib(need(p['generate'], p['gpu']))} ({verdict_of(p['generate'], p['gpu'])})",
                      "requested": fmt_gib(alone["requested_bytes"]), "weights": fmt_gib(alone["weights_bytes"]),
                      "act": fmt_gib(alone["activation_peak_bytes"]), "kv": fmt_gib(max(alone["kv_available_bytes"], 0)),
                      "alone": start_text(alone), "beside_generate": start_text(p["beside_generate"]),
@@ -133,7 +136,7 @@ def section(df: pd.DataFrame):
             "generation": gen, "stages": stages, "recipe": RECIPE,
             "note": (f"Each stage's memory per GPU (simulated). Fine-tune: the {RECIPE} training cell; inference: "
                      "the generate cell; both as simulated peak + the verdict's reserve ("
-                     f"{verdicts.RESERVE_BYTES // 2**20} MiB), with its verdict. Scoring: vLLM's start-up plan at "
+                     f"{verdicts.RESERVE_BYTES // 2**20} MiB) + cuBLAS's workspaces on the card, with its verdict. Scoring: vLLM's start-up plan at "
                      "each gpu_memory_utilization (requested = utilization × the card; KV cache = requested − "
                      "weights − profiled activations − non-torch memory), alone on the card and beside the other "
                      "stage's process still holding its memory. Rules and source: " + workloads.VLLM_SOURCE +

@@ -40,7 +40,7 @@ def timeline_section(df: pd.DataFrame, mode: str):
                  "marked s1, s2...; the first steps are warm-up), the modelled reserved memory of the CUDA "
                  "caching allocator (black: the trace replayed through bench/estimate/allocator.py, torch 2.13's rules) "
                  f"and each GPU's capacity for the allocator (dashed: memory minus the {verdicts.RESERVE_BYTES // 2**20} MiB "
-                 "reserve for what a process holds outside the allocator). "
+                 "reserve for what a process holds outside the allocator and cuBLAS's workspaces on that card). "
                  "Reserved above allocated is fragmentation: cached blocks no request of the next shapes fits. "
                  + (f"Where each GPU runs out (first allocation that fails in the replay): {out}. " if out else "")
                  + "Each cell's trace opens in PyTorch's memory visualizer: python -m bench.estimate.replay "

@@ -95,7 +95,10 @@ def replayed(rec: dict) -> dict:
             or rec.get("allocator_model"):
         return rec
     rec["details"]["verdict_reserve_bytes"] = verdict_rules.RESERVE_BYTES
-    caps = {g: verdict_rules.capacity({"memory_bytes": b}) for g, b in rec["verdict_gpu_memory_bytes"].items()}
+    # made-up GPUs of no named arch: cuBLAS's workspaces at torch's non-sm90 default
+    profiles = {g: {"kind": "cuda", "memory_bytes": b} for g, b in rec["verdict_gpu_memory_bytes"].items()}
+    rec["details"]["blas_workspaces"] = verdict_rules.blas_details(profiles)
+    caps = {g: verdict_rules.capacity(p) for g, p in profiles.items()}
     said = rec["verdicts"] or {}
     above = max((caps[g] + 1 for g, v in said.items() if v != "fits"), default=0)  # the least reserved peak
     peak, frag = rec["peak_bytes"], 0

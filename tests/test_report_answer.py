@@ -44,8 +44,9 @@ def test_recommendation_is_ranked_by_the_speed_model_per_gpu(df):
 def test_need_share_headroom_and_the_common_recipes_that_do_not_fit(df):
     rows = {r["technique"]: r for r in groups(lookup.section(df))[("qwen2.5-7b", "rtx-4090")]["rows"]}
     lora = rows["lora+gc+bf16"]
-    # modelled reserved 19.15 GiB + the 840 MiB CUDA reserve = 19.97 GiB of a 24 GiB card
-    assert (lora["need"], lora["share"], lora["headroom"]) == ("19.97", "83%", "+4.03")
+    # modelled reserved 19.15 GiB + the 840 MiB CUDA reserve + 16.25 MiB of cuBLAS workspaces (a made-up card of
+    # no named arch: torch's non-sm90 default, twice) = 19.99 GiB of a 24 GiB card
+    assert (lora["need"], lora["share"], lora["headroom"]) == ("19.99", "83%", "+4.01")
     assert lora["step"] == "2.90 s" and lora["tokens"] == "706" and "speed modelled" in lora["provenance"]
     assert lora["dtypes"] == "weights bf16+fp32 · grads fp32 · optimizer fp32"
     assert rows["lora+gc"]["verdict"] == "oom" and rows["lora+gc"]["recipe"] == "LoRA + gc, fp32 base"

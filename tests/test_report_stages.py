@@ -58,10 +58,13 @@ def test_the_claim_does_not_hold_when_nothing_or_too_much_is_beside_it():
                for e in row["evidence"])
 
 
+BLAS = verdicts.blas_workspace_bytes({"kind": "cuda"})  # a made-up card's cuBLAS workspaces (tests/records.py)
+
+
 def test_the_replanned_beside_training_uses_its_peak_plus_the_reserve():
     plans = stages.stage_plans(frame(5))
     p = next(p for p in plans if p["util"] == 0.95)
-    assert p["beside_train"]["coresident_bytes"] == 5 * GIB + verdicts.RESERVE_BYTES
+    assert p["beside_train"]["coresident_bytes"] == 5 * GIB + verdicts.RESERVE_BYTES + BLAS
     assert p["beside_train"]["error"].startswith("Free memory on device")
     assert p["alone"]["starts"]
 
@@ -79,7 +82,7 @@ def test_beside_another_stage_adds_to_the_memory_the_cell_already_names():
     df = table.to_frame([rec(["lora", "gc", "bf16"], {"parameters": 5}), vllm_rec(0.8, coresident_gib=3)])
     p = stages.stage_plans(df)[0]
     assert p["alone"]["coresident_bytes"] == 3 * GIB
-    assert p["beside_train"]["coresident_bytes"] == 3 * GIB + 5 * GIB + verdicts.RESERVE_BYTES
+    assert p["beside_train"]["coresident_bytes"] == 3 * GIB + 5 * GIB + verdicts.RESERVE_BYTES + BLAS
 
 
 @pytest.mark.parametrize("util", [0.95, 0.8])
