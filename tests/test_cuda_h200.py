@@ -4,8 +4,9 @@ measured on an NVIDIA H200 (torch 2.11 + CUDA 13.0, transformers 5.17, peft 0.21
 
     pytest tests/test_cuda_h200.py -q
 
-Held: every stored record passes the gate; sim's allocated peak within 2% of
-``torch.cuda.max_memory_allocated`` on every cell, its modelled reserved memory within 3.5% of
+Held: every stored record passes the gate; sim's allocated peak with cuBLAS's workspaces
+(details.blas_workspaces) within 1% of ``torch.cuda.max_memory_allocated`` on every cell (2% before they
+were counted), its modelled reserved memory within 3.5% of
 ``max_memory_reserved`` but for one named cell; the memory a process held outside the caching
 allocator (NVML's used memory less the allocator's reserved, less what the device held before the
 process) within the verdict's reserve. The first H200 run found two layers that lied, both fixed
@@ -24,7 +25,7 @@ from bench.records import checks, results
 from tests.helpers import gpu_runs_and_twins, on_gpu
 
 ROOT = Path(__file__).resolve().parents[1] / "results" / "reference" / "cuda-h200"
-ALLOCATED_WITHIN = 0.02
+ALLOCATED_WITHIN = 0.01
 RESERVED_WITHIN = 0.035
 # the allocator model replaying the real run's own trace gives 5.03 GiB against 5.88 measured: the
 # replay, not the trace, is what is short on this cell (QLoRA's load leaves segments the model frees)

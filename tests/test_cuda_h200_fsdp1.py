@@ -5,8 +5,8 @@ the GPU runs' own tracker traces and the real allocator's events in results/refe
 
     pytest tests/test_cuda_h200_fsdp1.py -q
 
-Held: every stored record passes the gate; sim's rank allocates within 2% of the H200's rank
-(``torch.cuda.max_memory_allocated``; the shape of fms-acceleration's Mistral-7B rows, whose 2-GPU
+Held: every stored record passes the gate; sim's rank allocates within 2 MiB of the H200's rank with
+cuBLAS's workspaces counted (``torch.cuda.max_memory_allocated``; the shape of fms-acceleration's Mistral-7B rows, whose 2-GPU
 LoRA rows sim answers 8-9% under: not this rank's program at today's versions); sim traces its
 allocations on the streams the GPU used (FSDP1's flat-gradient cat on the unshard stream: the
 backward stream rule, bench/worker/streams.py); sim's modelled reserved equals the allocator model
@@ -75,16 +75,19 @@ def test_sims_fsdp1_rank_allocates_what_the_h200s_rank_allocated(stored):
             assert sim[twin(cell)]["phase_peak_bytes"][phase] == pytest.approx(peak, rel=0.001), (cell, phase)
 
 
-def test_what_sim_lacks_is_what_torch_held_beyond_the_tracker(stored):
-    """The whole allocated shortfall is the GPU's ``other``: what torch's allocator handed out that no
-    tensor the tracker saw holds, 64-66 MiB on each of these cells and at least 63.9 MiB on every H100
-    and H200 cell stored (cuBLAS's and cuBLASLt's workspaces on Hopper, 32 MiB each by torch's default;
-    sim traces neither: the open item, docs/sim-and-fidelity.md)."""
+def test_what_torch_held_beyond_the_tracker_is_cublass_workspaces(stored):
+    """What torch's allocator handed out that no tensor the tracker saw holds (the GPU record's ``other``
+    beyond sim's) is 64-66 MiB on each of these cells and at least 63.9 MiB on every H100 and H200 cell
+    stored: cuBLAS's workspaces, 32 MiB each on sm90 by torch's default, one for the forward's thread and
+    one for autograd's backward thread. Sim counts them per GPU beside the trace (details.blas_workspaces,
+    bench/estimate/verdicts.py); with them, the allocated peaks agree within 2 MiB (they were 0.2-1.6% short)."""
     cuda, sim = stored
     for cell, rec in cuda.items():
-        other = rec["breakdown_bytes"]["other"] - sim[twin(cell)]["breakdown_bytes"]["other"]
+        twin_rec = sim[twin(cell)]
+        assert twin_rec["details"]["blas_workspaces"]["by_gpu"]["h200"] == CUBLAS_WORKSPACES
+        other = rec["breakdown_bytes"]["other"] - twin_rec["breakdown_bytes"]["other"]
         assert CUBLAS_WORKSPACES - 2**20 <= other <= CUBLAS_WORKSPACES + 3 * 2**20, (cell, other)
-        assert rec["peak_bytes"] - sim[twin(cell)]["peak_bytes"] == pytest.approx(other, abs=2**20), cell
+        assert abs(rec["peak_bytes"] - on_gpu(twin_rec, "h200")) <= 2 * 2**20, cell
 
 
 def allocations_by_stream(trace: dict) -> Counter:
