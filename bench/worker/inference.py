@@ -49,8 +49,11 @@ def generate(spec: dict, mode: str) -> dict:
     out["details"]["simulated"] = ("CUDA caching-allocator rounding (512-byte blocks), CUDA attention kernels "
                                    "(flash / memory-efficient footprint)")
     from bench.worker import alloctrace  # reserved memory: the trace replayed through the allocator model
-    model = alloctrace.attach(out, tracker, spec, spec["verdict_gpus"])
-    out["verdicts"] = verdicts.from_replay(model, spec["verdict_gpus"])
+    # generation runs no backward: one thread's cuBLAS workspace per card, in the capacities and the record alike
+    gpus = {g: dict(p, blas_workspace_bytes=verdicts.blas_workspace_bytes(p, threads=1))
+            for g, p in spec["verdict_gpus"].items()}
+    model = alloctrace.attach(out, tracker, spec, gpus)
+    out["verdicts"] = verdicts.from_replay(model, gpus)
     out["details"].update(verdict_rule=verdicts.RULE, verdict_reserve_bytes=verdicts.RESERVE_BYTES,
                           blas_workspaces=verdicts.blas_details(spec["verdict_gpus"], threads=1),
                           verdict_notes=verdicts.notes(spec["knobs"], spec["verdict_gpus"]))

@@ -223,6 +223,8 @@ def train(spec: dict, device, tracker, sim=None, mesh=None) -> dict:
             say(f"step {i + 1}/{total}" + (" (warm-up)" if i < spec["warmup_steps"] else ""))
             if i == spec["warmup_steps"]:
                 window.__enter__()
+            if i:  # the step before ends here, its next batch made: the trace books that batch to it too
+                step_peaks.append(tracker.step_peak)
             tracker.start_step()
             synchronize(device)
             t0 = time.perf_counter()
@@ -230,12 +232,13 @@ def train(spec: dict, device, tracker, sim=None, mesh=None) -> dict:
                 session.step(batch)
             synchronize(device)
             dt = time.perf_counter() - t0
-            step_peaks.append(tracker.step_peak)
             pads += batch["input_ids"].numel() - batch["real_tokens"]
             widths.append(batch["input_ids"].shape[-1])
             if i >= spec["warmup_steps"]:
                 step_s.append(dt)
                 tokens += batch["real_tokens"]
+        if total:
+            step_peaks.append(tracker.step_peak)  # the last step: no batch after it
         window.__exit__(None, None, None)
         say("steps done")
         out["details"] = session_details(session)
