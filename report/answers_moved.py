@@ -2,6 +2,11 @@
 a person reads on the answer page, before and after. Torch-free.
 
     python -m report.answers_moved OLD NEW --out FILE.csv [--markdown FILE.md]
+    python -m report.answers_moved --dump FOLDER --out ANSWERS.json   # a folder's answers, as this code reads them
+
+OLD may be such an ANSWERS.json: a folder's answers read by the code that made its records. Where the
+record contract itself changed, the new code refuses the old records (a row "unreadable"), so the old
+side is read by the old checkout (``--dump``, or ``_answers`` there) and compared here.
 
 OLD and NEW each hold ``cells/<cell>.json`` (the run record in ``benchmarks[0].extra_info``)
 and ``fits.csv``. One row per (cell, GPU) whose answer differs: the verdict (sim: per GPU;
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import sys
 from pathlib import Path
 
@@ -29,7 +35,14 @@ FIELDS = ("cell", "gpu", "verdict_old", "verdict_new", "need_gib_old", "need_gib
 
 
 def _answers(folder: Path) -> dict:
-    """{(cell, gpu): {verdict, need_gib, max_seq, max_batch}} of one results folder."""
+    """{(cell, gpu): {verdict, need_gib, max_seq, max_batch}} of one results folder, or of an answers file
+    that ``--dump`` wrote."""
+    if folder.is_file():
+        try:
+            return {(r["cell"], r["gpu"]): {k: r[k] for k in ("verdict", "need_gib", "max_seq", "max_batch")}
+                    for r in json.loads(folder.read_text())["answers"]}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise Unreadable(f"{folder}: not an answers file of --dump: {type(exc).__name__}: {exc}") from None
     rs = results.read(folder)
     out: dict = {}
     for cell, rec in rs.records.items():
@@ -109,13 +122,28 @@ def to_markdown(rows: list[dict], old: str, new: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m report.answers_moved", description=__doc__.splitlines()[0])
-    ap.add_argument("old")
-    ap.add_argument("new")
-    ap.add_argument("--out", required=True, help="CSV to write")
+    ap.add_argument("old", nargs="?")
+    ap.add_argument("new", nargs="?")
+    ap.add_argument("--out", required=True, help="CSV to write (with --dump: the answers JSON)")
     ap.add_argument("--markdown", help="the same as a Markdown table")
+    ap.add_argument("--dump", help="write this folder's answers as JSON (--out) instead of comparing two")
     args = ap.parse_args(argv)
+    if args.dump:
+        if not (Path(args.dump) / "cells").is_dir():
+            print(f"report.answers_moved: {args.dump}: no cells/ folder", file=sys.stderr)
+            return 2
+        try:
+            answers = _answers(Path(args.dump))
+        except Unreadable as exc:
+            print(f"report.answers_moved: {exc}", file=sys.stderr)
+            return 2
+        atomic.write_text(args.out, json.dumps({"folder": args.dump, "answers": [
+            dict(cell=c, gpu=g, **a) for (c, g), a in sorted(answers.items())]}, indent=1) + "\n")
+        return 0
+    if not args.old or not args.new:
+        ap.error("OLD and NEW are needed, or --dump FOLDER")
     for folder in (args.old, args.new):
-        if not (Path(folder) / "cells").is_dir():
+        if not Path(folder).is_file() and not (Path(folder) / "cells").is_dir():
             print(f"report.answers_moved: {folder}: no cells/ folder", file=sys.stderr)
             return 2
     try:

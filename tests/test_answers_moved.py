@@ -40,6 +40,19 @@ def test_a_verdict_and_a_largest_context_that_moved_are_listed(tmp_path):
     assert f"| {cell} | rtx-a6000 | oom -> fits |" in md
 
 
+def test_old_answers_dumped_by_the_code_that_made_them_compare_as_the_folder(tmp_path):
+    """Where the record contract changed, the new code refuses the old records; the old side is then its
+    answers as the old checkout read them (--dump), and the comparison is the same as of the folder."""
+    old, _ = folder(tmp_path / "old", {"rtx-a6000": "oom", "h100-80gb": "fits"}, 0)
+    new, _ = folder(tmp_path / "new", {"rtx-a6000": "fits", "h100-80gb": "fits"}, 3072)
+    dumped = tmp_path / "old.json"
+    assert answers_moved.main(["--dump", str(old), "--out", str(dumped)]) == 0
+    assert answers_moved.moved(dumped, new) == answers_moved.moved(old, new) != []
+    assert answers_moved.main([str(dumped), str(new), "--out", str(tmp_path / "m.csv")]) == 0
+    dumped.write_text("{}")
+    assert answers_moved.main([str(dumped), str(new), "--out", str(tmp_path / "m.csv")]) == 2
+
+
 def test_a_broken_record_is_a_row_not_a_gap(tmp_path):
     old, cell = folder(tmp_path / "old", {"t4": "oom"}, 0)
     new, _ = folder(tmp_path / "new", {"t4": "oom"}, 0)
