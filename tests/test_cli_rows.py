@@ -91,12 +91,14 @@ def test_need_is_the_reports_need_and_says_what_it_includes():
     cell, gpu = "qwen2.5-7b__sim__lora+gc+bf16", "rtx-4090"
     rec = rec_of(cell)
     df = table.to_frame([rec])
-    report_need, lower = lookup.need_of(df.iloc[0])
-    assert not lower and report_need == rec["modelled_reserved_peak_bytes"] + verdicts.RESERVE_BYTES
+    report_need, lower = lookup.need_of(df.iloc[0], gpu)   # on the card: with its cuBLAS workspaces
+    assert not lower and report_need == rec["modelled_reserved_peak_bytes"] + verdicts.RESERVE_BYTES + \
+        rec["details"]["blas_workspaces"]["by_gpu"][gpu]
     out = shown([line(cell, gpu)], gpu)
     row = next(ln for ln in out.splitlines() if ln.startswith("lora+gc+bf16 "))
     assert f"{report_need / GiB:.2f}" in row.split()
     assert "modelled reserved peak of a step (the allocator's steady state) plus the 840 MiB CUDA reserve" in out
+    assert "cuBLAS's workspaces on the card" in out
 
 
 def test_a_malformed_config_json_is_named_not_an_unknown_model(tmp_path):

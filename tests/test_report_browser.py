@@ -152,7 +152,7 @@ def test_the_answer_is_on_the_first_screen(tmp_path):
     assert messages == [], messages
     cell, said = html.unescape(html_attr(dom, "data-answer")).split("|", 1)
     assert cell == "qwen2.5-7b__sim__lora+gc+bf16"           # fastest modelled step that fits a 24 GiB card
-    for fact in ("recommended", "fits", "19.97", "83%", "+4.03", "9,216 tokens", "2.90 s", "706"):
+    for fact in ("recommended", "fits", "19.99", "83%", "+4.01", "9,216 tokens", "2.90 s", "706"):
         assert fact in said, (fact, said)
     left, top, right, bottom = json.loads(html_attr(dom, "data-answer-box"))
     assert 0 <= top < bottom <= 900 and right <= 1400, (top, bottom)

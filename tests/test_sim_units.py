@@ -18,8 +18,9 @@ def test_round_size_is_the_caching_allocators(asked, counted):
 
 def test_verdicts_come_from_the_modelled_reserved_memory_under_the_reserve():
     card = 24 * GiB
-    reserve = verdicts.RESERVE_BYTES
-    assert reserve == 840 * MiB and "840 MiB" in verdicts.RULE
+    assert verdicts.RESERVE_BYTES == 840 * MiB and "840 MiB" in verdicts.RULE
+    # the reserve outside the allocator and cuBLAS's two workspaces (an unnamed arch: torch's non-sm90 default)
+    reserve = verdicts.RESERVE_BYTES + 2 * (8 * MiB + 128 * 1024)
     prof = {"g": {"memory_bytes": card}}
     fits = {"reserved_peak_bytes": card - reserve, "first_oom": {"g": None}}
     assert verdicts.from_replay(fits, prof) == {"g": "fits"}
