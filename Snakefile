@@ -4,7 +4,7 @@
 #   snakemake --cores 1 all --config matrix=my.yaml       # another matrix
 #   snakemake --cores 1 published                         # the published corpus's cells, scored
 #
-# Cells come from bench.spec.matrix (the same loader pytest uses); a bad matrix stops here,
+# Cells come from bench.cells.matrix (the same loader pytest uses); a bad matrix stops here,
 # before anything runs. Each cell's rule reruns only when its spec changes (params).
 # One cell is one pytest-benchmark run of exactly that cell (bench/conftest.py --cell-out),
 # which starts one worker process: rule -> pytest -> worker (a sim cell: a fork of the run's warm
@@ -14,7 +14,7 @@ import os
 import sys
 
 from bench.runner import fulldisk, simengine
-from bench.spec.matrix import DEFAULT_MATRIX, load
+from bench.cells.matrix import DEFAULT_MATRIX, load
 from bench.runner.resources import FIT_JOBS, CellResources
 
 MATRIX = config.get("matrix", str(DEFAULT_MATRIX))

@@ -11,7 +11,7 @@ where the record has a speed model. Without ``--techniques``: the techniques of 
 matrix's 7-8B study, and the best recipes among them (those that fit, most tokens/s first where a
 speed model exists, else those that go furthest).
 
-It shares all its code with the matrix path: the spec comes from bench.spec.matrix (a one-study
+It shares all its code with the matrix path: the spec comes from bench.cells.matrix (a one-study
 matrix written for the question), a missing simulation runs in the warm sim worker
 (bench/search/simpool.py) exactly as the cell's Snakemake job would, and the searches are
 bench.search.fits'. Answers already computed are reused, never approximated: a cell record in

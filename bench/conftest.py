@@ -7,7 +7,7 @@
     pytest bench -k published          # the published corpus's rows (bench/test_published.py, matrix/published.yaml)
     pytest bench/test_cells.py --cell ID --cell-out results/cells/ID.json   # what Snakemake runs
 
-The ids come from bench.spec.matrix, the one loader: a bad matrix fails collection with the
+The ids come from bench.cells.matrix, the one loader: a bad matrix fails collection with the
 file, key and reason before any cell runs.
 
 ``--cell ID --cell-out PATH`` is the per-cell job of the Snakefile: exactly that cell runs,
@@ -31,7 +31,7 @@ import pytest
 
 from bench.records import atomic, record
 from bench.runner import launch, lifeline, simengine
-from bench.spec import matrix
+from bench.cells import matrix
 
 CELLS = pytest.StashKey[dict]()
 WHY = pytest.StashKey[str]()   # why collection failed, for the --cell-out record

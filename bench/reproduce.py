@@ -31,7 +31,7 @@ from pathlib import Path
 
 from bench.records import atomic, identical, noise, results
 from bench.runner import launch
-from bench.spec import matrix
+from bench.cells import matrix
 
 
 def select(ref: results.ResultSet, cells: dict, only) -> tuple[list[str], list[str]]:

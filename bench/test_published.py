@@ -17,7 +17,7 @@ import pytest
 from bench.corpus import published, scoreboard
 from bench.records import checks
 from bench.runner import launch
-from bench.spec import matrix
+from bench.cells import matrix
 from bench.corpus import published_matrix as pm
 
 ROWS = published.load()

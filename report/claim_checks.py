@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 
 from bench.records import record
-from bench.spec import techniques
+from bench.cells import techniques
 from report import GIB
 from report.claim import (HOLDS, NOT, PARTLY, UNMEASURABLE, UNMEASURED, band, by_mode, in_range, lower, overall,
                           per_technique, ratio, result, step)

@@ -7,7 +7,7 @@ measured one.
 
 Facts a record holds (world size, sequence length, batch, the resolved knobs) are read from
 the table's columns, never worked out again from technique names; names are only matched
-as names (which cell is X and which is X+gc), and the catalogue (bench/spec/techniques.py) says
+as names (which cell is X and which is X+gc), and the catalogue (bench/cells/techniques.py) says
 what a name sets.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.records import record
-from bench.spec import catalogue, techniques
+from bench.cells import catalogue, techniques
 from report.fmt import DASH, MINUS, fmt_gib, knobs, missing
 
 

@@ -25,7 +25,7 @@ TITLE = "Your data, your peak: an epoch of a real dataset, padded and packed"
 
 
 def read(path) -> tuple[dict | None, str | None]:
-    from bench.spec import inputs
+    from bench.cells import inputs
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:

@@ -105,7 +105,7 @@ def details(row) -> dict:
 
 
 def knobs(row) -> dict:
-    """The record's resolved knobs (bench.spec.techniques.DEFAULT_KNOBS keys); {} on a row without them."""
+    """The record's resolved knobs (bench.cells.techniques.DEFAULT_KNOBS keys); {} on a row without them."""
     doc = jcol(row, "knobs")
     return doc if isinstance(doc, dict) else {}
 

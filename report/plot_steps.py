@@ -18,7 +18,7 @@ from report.compare import without_knob
 from report.fmt import jcol, knobs, missing
 from report.plots import capacity_lines, drawing, grid, panel_capacities, with_panel
 
-BATCHING = ("padding", "padding-growing", "packing")   # the knob's values (bench/spec/techniques.py)
+BATCHING = ("padding", "padding-growing", "packing")   # the knob's values (bench/cells/techniques.py)
 
 
 def steps_long(df: pd.DataFrame) -> pd.DataFrame:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bench.spec import catalogue
+from bench.cells import catalogue
 from report import GIB, effects, plot_fits, plot_pareto, plot_steps, plots
 from report.compare import baseline_of, main_saving, technique_meta
 from report.fmt import (DASH, analytic_note, change_pct, contended, details, dtypes_text, fmt_gib, fmt_pct, jcol,

@@ -11,7 +11,7 @@ card at start-up, so lowering it helps exactly when another process holds betwee
 """
 from __future__ import annotations
 
-from bench.spec import workloads
+from bench.cells import workloads
 from report import GIB
 from report.claim import HOLDS, NOT, PARTLY, Claim, in_range, result
 from report.fmt import fmt_gib

@@ -9,7 +9,7 @@ imports torch.
   (``RECIPE``: simulated peak + the verdict's reserve), inference's need, and for every
   gpu_memory_utilization of the study's vllm cells whether the scoring engine starts alone,
   beside the inference process, and beside the training process that has not released its
-  memory (vLLM's start-up rules again, bench/spec/workloads.plan, with that process's need as
+  memory (vLLM's start-up rules again, bench/cells/workloads.plan, with that process's need as
   co-resident memory), with vLLM's own message when it does not.
 
 ``train_rows(df)``: the rows of the training workload, which the per-mode sections (summary,
@@ -21,7 +21,7 @@ import pandas as pd
 
 from bench.estimate import verdicts
 from bench.estimate.measures import blas_bytes
-from bench.spec import workloads
+from bench.cells import workloads
 from report.fmt import DASH, details, fmt_count, fmt_gib, jcol, knobs, missing, row_gpus
 
 RECIPE = "lora+gc+bf16"   # the fine-tune stage: the recipe the pipeline study trains with

@@ -13,7 +13,7 @@ one run record (bench/records/record.py); ``benchmarks[0]["stats"]["mean"]`` is 
   "record breaks the contract (it said <status>): ...", its measurements left out;
 - two files holding the same cell: both "error", naming the files.
 
-With ``--matrix M`` (bench.spec.matrix), every cell of M that has no results file gets an error row
+With ``--matrix M`` (bench.cells.matrix), every cell of M that has no results file gets an error row
 ("no results file"); a file for a cell that is not in M, or whose record's settings (shape,
 knobs, capacities) differ from M's cell, is an error row saying so.
 
@@ -42,7 +42,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.records import checks, record
-from bench.spec import matrix
+from bench.cells import matrix
 from report import table_check
 from report.table_check import TableError  # noqa: F401  (the error read_table raises)
 
@@ -68,7 +68,7 @@ _KEPT = (*record.SPEC_FIELDS, "versions", "machine", "started_at", "wall_s", "lo
 
 def load_records(paths, cells: dict | None = None, matrix_name: str = "the matrix") -> list[dict]:
     """One row-ready record per path, in order, each checked against the record contract (and,
-    given ``cells`` from bench.spec.matrix.load, against the matrix; then one more record for each
+    given ``cells`` from bench.cells.matrix.load, against the matrix; then one more record for each
     cell of it that has no file)."""
     paths = [Path(p) for p in paths]
     recs = [_checked(p, _load_one(p)) for p in paths]

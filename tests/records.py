@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench.estimate import verdicts as verdict_rules
 from bench.records import checks, record
-from bench.spec import techniques
+from bench.cells import techniques
 from report import GIB
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +20,7 @@ SIM_GPUS = ("a100-80g", "rtx-4090")
 
 
 def spec(model, gpu, techs, mode="cuda", verdict_gpus=SIM_GPUS, **kw):
-    """A cell spec as bench.spec.matrix makes one: knobs from the catalogue, capacities per mode."""
+    """A cell spec as bench.cells.matrix makes one: knobs from the catalogue, capacities per mode."""
     names = [t for t in techs if t != "baseline"]
     return {"cell": f"{model}__{gpu}__{'+'.join(techs)}", "model": model, "gpu": gpu,
             "techniques": list(techs), "knobs": techniques.knobs(names), "mode": mode, "world_size": 1,

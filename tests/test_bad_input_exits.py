@@ -6,7 +6,7 @@ import pytest
 
 from bench import cli, reproduce
 from bench.fit import guard, stored
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.helpers import write_matrix
 
 STUDY = {"mode": "sim", "models": ["tiny-llama"], "gpus": ["l40s"], "techniques": ["lora"]}

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench.runner import launch
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.helpers import MATRIX_DIR
 
 pytestmark = pytest.mark.slow

@@ -112,7 +112,7 @@ def test_a_malformed_config_json_is_named_not_an_unknown_model(tmp_path):
 
 def test_a_sequence_past_the_models_positions_is_refused(tmp_path, capsys):
     """--seq 262144 on a 131072-position model ran without a word. It is refused before anything
-    runs, exit 2 (bench/spec/workloads.py, the matrix's own check): a step past the trained context
+    runs, exit 2 (bench/cells/workloads.py, the matrix's own check): a step past the trained context
     is not a workload anyone trains, and llama-3.1's rope_scaling is already counted in its
     max_position_embeddings."""
     assert cli.main(["fit", "llama-3.1-8b", "--gpu", "rtx-4090", "--techniques", "lora+bf16", "--no-search",

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from bench.records import checks
-from bench.spec import matrix, techniques
+from bench.cells import matrix, techniques
 from tests.helpers import REPO, write_matrix
 
 NAMES = sorted(techniques.CATALOG)
@@ -69,11 +69,11 @@ def test_fsdp_qlora_trains_with_torch_adamw_and_shards_bf16_storage():
 
 
 def test_catalogue_table_in_docs_is_the_catalogue():
-    out = subprocess.run([sys.executable, "-m", "bench.spec.techniques", "--markdown"], cwd=REPO, check=True,
+    out = subprocess.run([sys.executable, "-m", "bench.cells.techniques", "--markdown"], cwd=REPO, check=True,
                          capture_output=True, text=True).stdout
     assert out == techniques.markdown_table()
     docs = (REPO / "docs" / "composing.md").read_text()
-    assert out in docs, "docs/composing.md's table differs: paste `python -m bench.spec.techniques --markdown` into it"
+    assert out in docs, "docs/composing.md's table differs: paste `python -m bench.cells.techniques --markdown` into it"
 
 
 def sim_pairs():

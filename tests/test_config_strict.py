@@ -9,8 +9,8 @@ import pytest
 
 from bench import cli
 from bench.fit import guard
-from bench.spec import trainconfig
-from bench.spec.trainconfig import reading
+from bench.cells import trainconfig
+from bench.cells.trainconfig import reading
 
 BASE = "model_name_or_path: tiny-llama\nmax_seq_length: 256\ngradient_checkpointing: true\n"
 

@@ -17,7 +17,7 @@ import pytest
 from bench.worker import gpumem
 from bench.records import checks
 from bench.runner import launch
-from bench.spec import matrix
+from bench.cells import matrix
 
 GIB = 2**30
 TINY = {"mode": "cuda", "models": ["tiny-llama"]}

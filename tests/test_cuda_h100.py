@@ -105,7 +105,7 @@ def test_the_allocator_model_replays_the_real_allocators_events(stored, path):
 @pytest.mark.slow
 def test_a_rank_simulated_now_reserves_as_the_stored_twin(stored, tmp_path):
     """Live: Qwen2.5-0.5B FSDP2 w2 simulated now, against the H100's rank (stored: +0.3%)."""
-    from bench.spec import matrix
+    from bench.cells import matrix
     from bench.worker.sim import simulate
     cuda, _ = stored
     spec = matrix.load(Path(__file__).resolve().parents[1] / "matrix" / "cuda-h100.yaml")["qwen2.5-0.5b__sim__fsdp+bf16+w2"]

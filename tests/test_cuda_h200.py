@@ -86,7 +86,7 @@ def test_the_verdicts_reserve_covers_what_the_process_held_outside_the_allocator
 def test_fp32_grouped_query_attention_is_simulated_as_the_gpu_ran_it(tmp_path):
     """Live: the fp32 Qwen2.5-0.5B baseline (14 query heads, 2 key/value heads) at 2048 tokens,
     simulated now, against the H200's allocated peak (sim had -28.6% before the fix)."""
-    from bench.spec import matrix
+    from bench.cells import matrix
     from bench.worker.sim import simulate
     spec = matrix.load(Path(__file__).resolve().parents[1] / "matrix" / "cuda-h200.yaml")["qwen2.5-0.5b__sim__baseline"]
     measured = results.read(ROOT, only="qwen2.5-0.5b__h200__baseline").records["qwen2.5-0.5b__h200__baseline"]

@@ -82,7 +82,7 @@ def test_padding_free_with_packing_or_accumulation_is_refused(tmp_path):
 
 
 def test_a_trl_config_says_padding_free(tmp_path):
-    from bench.spec import trainconfig
+    from bench.cells import trainconfig
     cfg = tmp_path / "sft.yaml"
     cfg.write_text("model_name_or_path: tiny-llama\nuse_peft: true\nbf16: true\npadding_free: true\nseed: 7\n")
     assert trainconfig.read(cfg).epoch == {"seed": 7, "padding_free": True}

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.helpers import MATRIX_DIR
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from bench.records import checks, record
 from bench.runner import launch, ranks
-from bench.spec import matrix
+from bench.cells import matrix
 
 TINY = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"]}
 

@@ -97,8 +97,8 @@ REFUSED = re.compile(r"`([a-z0-9][a-z0-9.+-]*\+[a-z0-9.+-]+)` is refused")
 def figure_problems(text: str) -> list[str]:
     """Cell counts of the default matrix ("163 cells (68 cpu, 95 sim)", "the 95 sim cells alone") and
     combinations said to be refused ("`qlora+fsdp` is refused"), against matrix.load() and the rules."""
-    from bench.spec import matrix
-    from bench.spec.techniques import knobs
+    from bench.cells import matrix
+    from bench.cells.techniques import knobs
     cells = matrix.load()
     counts = {m: sum(1 for c in cells.values() if c["mode"] == m) for m in ("cpu", "sim")}
     out = [f"'{m.group(0)}': the default matrix has {len(cells)} cells ({counts['cpu']} cpu, {counts['sim']} sim)"
@@ -109,7 +109,7 @@ def figure_problems(text: str) -> list[str]:
     for m in REFUSED.finditer(text):
         try:
             knobs(m.group(1).split("+"))
-            out.append(f"'{m.group(0)}': the rules accept {m.group(1)} (bench/spec/techniques.py)")
+            out.append(f"'{m.group(0)}': the rules accept {m.group(1)} (bench/cells/techniques.py)")
         except (ValueError, KeyError):
             pass
     return out

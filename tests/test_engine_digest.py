@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.spec import inputs
+from bench.cells import inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"

@@ -13,7 +13,7 @@ import pytest
 
 from bench.records import atomic, checks
 from bench.runner import launch
-from bench.spec import matrix
+from bench.cells import matrix
 from report import table
 from tests.helpers import MATRIX_DIR
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from bench.fit import guard, tofit
-from bench.spec import hubmodel, trainconfig
+from bench.cells import hubmodel, trainconfig
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "tests" / "data" / "configs"

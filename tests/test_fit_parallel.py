@@ -1,5 +1,5 @@
 """A config that asks for tensor, context, sequence or pipeline parallelism, or for replicated FSDP shards
-(HSDP), gets no answer (bench/spec/trainconfig/parallel.py): ft-membench simulates data parallelism only.
+(HSDP), gets no answer (bench/cells/trainconfig/parallel.py): ft-membench simulates data parallelism only.
 Before this refusal such keys were listed as ignored and the config answered as another run: accelerate's
 HSDP ``parallelism_config`` (2 replicas x 2 shards) read as FSDP over 4 processes, whose states come out at
 half of what each GPU holds (a "fits" for a run that dies), and axolotl's ``context_parallel_size: 4`` read
@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from bench.spec import trainconfig
+from bench.cells import trainconfig
 from tests.test_fit_guard import fit
 
 AXOLOTL = {"base_model": "meta-llama/Llama-3.1-8B", "adapter": "lora", "micro_batch_size": 1, "sequence_len": 65536,

@@ -7,7 +7,7 @@ import pytest
 
 from bench import cli
 from bench.fit import question as fitinput
-from bench.spec import modelref
+from bench.cells import modelref
 
 
 def test_a_revision_answered_by_the_matrix_model_is_said_to_be_ignored():

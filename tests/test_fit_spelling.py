@@ -6,7 +6,7 @@ import pytest
 
 from bench import cli
 from bench.fit import cells
-from bench.spec import techniques
+from bench.cells import techniques
 
 
 def test_a_combination_has_one_spelling():

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from bench.spec import trainconfig
+from bench.cells import trainconfig
 from tests.test_fit_guard import CONFIGS, fit
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from bench.fit import table
-from bench.spec import trainconfig
+from bench.cells import trainconfig
 from tests.test_fit_guard import CONFIGS
 
 GiB = 2**30

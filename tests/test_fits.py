@@ -14,7 +14,7 @@ import pytest
 from bench.estimate import interp, verdicts
 from bench.runner import launch
 from bench.search import fits, fits_csv, shapes
-from bench.spec import inputs, matrix
+from bench.cells import inputs, matrix
 from bench.records import identical
 from bench.search.simpool import SimPool
 
@@ -87,7 +87,7 @@ def test_not_searched_cells_are_error_rows_with_their_reason():
 
 def on_tiny_llama(spec: dict) -> dict:
     """``spec`` with tiny-llama's config in place of its model's, digested as the matrix would
-    (the worker refuses a config that is not the one the spec digested: bench/spec/inputs.py pin)."""
+    (the worker refuses a config that is not the one the spec digested: bench/cells/inputs.py pin)."""
     path = matrix.DEFAULT_MATRIX.parent / "models" / "tiny-llama.json"
     return dict(spec, model_config=str(path),
                 inputs_sha256=dict(spec["inputs_sha256"], model_config=inputs.digest(json.loads(path.read_text()))))

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from bench.search import fits, fits_csv
-from bench.spec import matrix
+from bench.cells import matrix
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from bench.estimate import verdicts
 from bench.records import checks
 from bench.runner import launch
 from bench.search import fits
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.helpers import write_matrix
 
 MiB = 2**20

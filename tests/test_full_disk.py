@@ -35,7 +35,7 @@ def test_an_unwritable_folder_names_the_path(tmp_path, monkeypatch):
 
 
 def test_the_worker_says_it_could_not_write_its_record(tmp_path, monkeypatch, capsys, matrix_file):
-    from bench.spec import matrix
+    from bench.cells import matrix
     spec = matrix.load(matrix_file({"c": {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"],
                                           "techniques": ["baseline"]}}))["tiny-llama__cpu__baseline"]
     (tmp_path / "spec.json").write_text(json.dumps(spec))

@@ -4,7 +4,7 @@ are K and V over every layer, prefill and decode have their own peaks, and sim's
 loop counts what model.generate counts."""
 import pytest
 
-from bench.spec import matrix
+from bench.cells import matrix
 from bench.worker import inference
 from bench.worker.generate import InferenceTracker, generate
 

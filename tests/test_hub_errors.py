@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bench.spec import hubmodel, modelref
+from bench.cells import hubmodel, modelref
 
 
 def test_the_hint_names_the_installed_cli_and_a_path(monkeypatch):

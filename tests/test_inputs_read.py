@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from bench.records import checks
-from bench.spec import inputs, matrix
+from bench.cells import inputs, matrix
 from tests.helpers import MATRIX_DIR
 
 

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 
 def _specs() -> dict:
-    from bench.spec import matrix
+    from bench.cells import matrix
     from tests.helpers import REPO
     out = {}
     for path in (REPO / "matrix" / "default.yaml", REPO / "matrix" / "published.yaml"):

@@ -25,7 +25,7 @@ def parent_modules() -> list[str]:
 
 def test_parent_side_is_found():
     mods = parent_modules()
-    assert {"bench.spec.matrix", "bench.runner.launch", "bench.records.record", "bench.runner.lifeline",
+    assert {"bench.cells.matrix", "bench.runner.launch", "bench.records.record", "bench.runner.lifeline",
             "bench.search.fits", "bench.corpus.scoreboard", "report.build"} <= set(mods)
     assert not any(m.startswith("bench.worker") for m in mods)
 

@@ -6,7 +6,7 @@ import pytest
 
 from bench.records import checks
 from bench.runner import launch
-from bench.spec import inputs, matrix
+from bench.cells import inputs, matrix
 from tests.helpers import MATRIX_DIR
 from tests.test_record import CPU_STUDY, SIM_STUDY, ok_record, specs  # noqa: F401  (fixture)
 

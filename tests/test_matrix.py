@@ -10,8 +10,8 @@ import sys
 import pytest
 import yaml
 
-from bench.spec import matrix
-from bench.spec import techniques as tech
+from bench.cells import matrix
+from bench.cells import techniques as tech
 from tests.helpers import MATRIX_DIR, REPO
 
 ID = re.compile(r"[a-z0-9.-]+__[a-z0-9.-]+__[a-z0-9.-]+(\+[a-z0-9.-]+)*")

@@ -2,7 +2,7 @@
 runs, with a message naming the file, the key and the limit."""
 import pytest
 
-from bench.spec import matrix, techniques
+from bench.cells import matrix, techniques
 from tests.helpers import write_matrix
 
 STUDY = {"mode": "sim", "models": ["tiny-llama"], "gpus": ["l40s"], "techniques": ["lora"]}

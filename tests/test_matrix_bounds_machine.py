@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.helpers import MATRIX_DIR, write_matrix
 
 STUDY = {"mode": "sim", "models": ["tiny-llama"], "gpus": ["l40s"], "techniques": ["lora"]}

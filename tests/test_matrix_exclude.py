@@ -2,7 +2,7 @@
 exclude every cell are MatrixErrors naming the file and the rule."""
 import pytest
 
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.helpers import MATRIX_DIR, write_matrix
 
 STUDY = {"mode": "sim", "models": ["tiny-llama"], "gpus": ["l40s"], "techniques": ["lora", "gc"]}

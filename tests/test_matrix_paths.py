@@ -2,7 +2,7 @@
 traceback; the config-check cache keys a model with its own code by the folder it is read from."""
 import pytest
 
-from bench.spec import matrix, modelref
+from bench.cells import matrix, modelref
 from tests.helpers import MATRIX_DIR, write_matrix
 
 STUDY = {"mode": "sim", "models": ["tiny-llama"], "gpus": ["l40s"], "techniques": ["lora"]}

@@ -6,7 +6,7 @@ import time
 import pytest
 import yaml
 
-from bench.spec import matrix, matrixfile
+from bench.cells import matrix, matrixfile
 from tests.helpers import MATRIX_DIR, write_matrix
 
 STUDY = {"mode": "sim", "models": ["tiny-llama"], "gpus": ["l40s"], "techniques": ["lora"]}

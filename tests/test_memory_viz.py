@@ -18,7 +18,7 @@ from torch.cuda import _memory_viz
 
 from bench.estimate import replay
 from bench.runner import launch
-from bench.spec import matrix
+from bench.cells import matrix
 from bench.worker.sim import measure
 from tests.helpers import write_matrix
 

@@ -1,5 +1,5 @@
 """Any model: a name in matrix/models, a config.json path or folder, or a Hugging Face id in
-the local cache (offline), resolved by bench/spec/modelref.py for the matrix and the command line;
+the local cache (offline), resolved by bench/cells/modelref.py for the matrix and the command line;
 transformers decides whether it reads the config; remote code only where the user opts in."""
 import json
 import re
@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from bench.spec import matrix, modelref
+from bench.cells import matrix, modelref
 from tests.helpers import MATRIX_DIR, TINY_SHAPE
 
 TINY = json.loads((MATRIX_DIR / "models" / "tiny-llama.json").read_text())

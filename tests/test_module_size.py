@@ -22,7 +22,7 @@ def sizes() -> dict[str, int]:
 
 def test_sizes_are_read():
     found = sizes()
-    assert "bench/spec/matrix.py" in found and "report/build.py" in found
+    assert "bench/cells/matrix.py" in found and "report/build.py" in found
     assert not any(p.rsplit("/", 1)[-1].startswith("test_") for p in found)
 
 

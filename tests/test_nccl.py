@@ -126,7 +126,7 @@ def test_nccl_964_buffers_fit_inside_the_published_totals(ranks, published_mib):
 
 # -- in a cell's answer: off the capacity, in the need, checked by the record gate -----------------------
 def test_profiles_give_their_interconnect_and_nvls():
-    from bench.spec import matrix
+    from bench.cells import matrix
     gpus = matrix.load()["qwen2.5-7b__sim__zero3+w8"]["verdict_gpus"]
     got = nccl.by_gpu(8, gpus)
     assert (got["h100-80gb"]["interconnect"], got["h100-80gb"]["nvls"]) == ("nvswitch", True)
@@ -147,7 +147,7 @@ def test_a_sharded_cell_judges_and_needs_with_its_nccl_buffers():
     from bench.estimate import verdicts
     from bench.estimate.measures import need_bytes
     from bench.records import agreement, record
-    from bench.spec import matrix
+    from bench.cells import matrix
     from bench.worker.sim import simulate
     from tests.test_fits import on_tiny_llama
 

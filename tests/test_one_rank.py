@@ -14,8 +14,8 @@ import pytest
 from bench.estimate import replay
 from bench.records import checks
 from bench.runner import launch, ranks
-from bench.spec import matrix
-from bench.spec.matrixfile import MatrixError
+from bench.cells import matrix
+from bench.cells.matrixfile import MatrixError
 from tests.rank_traces import peaks
 from tests.test_sim_fsdp1 import tolerance
 from tests.test_sim_ranks import step_allocations

@@ -29,7 +29,7 @@ from __future__ import annotations
 import pytest
 
 from bench.estimate import loadplan, speedcv, speedmodel
-from bench.spec import matrix
+from bench.cells import matrix
 from report import claim, claims, table
 from tests.helpers import sim_record, write_matrix
 

@@ -178,7 +178,7 @@ def test_a_first_score_without_its_engine_digest_is_refused(tmp_path):
 # --- one copy of each published row: the studies name corpus rows ------------------
 
 def test_studies_read_their_published_figures_from_the_corpus(rows):
-    from bench.spec import matrix
+    from bench.cells import matrix
     by_id = {r["id"]: r for r in rows}
     cells = [s for s in matrix.load().values() if s.get("published")]
     assert len(cells) == 13        # torchtune's 3B table (10) and its 8B rows on the RTX 4090 (3)
@@ -193,8 +193,8 @@ def test_studies_read_their_published_figures_from_the_corpus(rows):
 @pytest.mark.parametrize("ref, says", [("tt-9b-nothing", "no row 'tt-9b-nothing'"),
                                        ("tt-8b-lora-4090", "maps to techniques lora+")])
 def test_a_study_naming_a_missing_or_other_row_is_refused(tmp_path, ref, says):
-    from bench.spec import matrix
-    from bench.spec.matrixfile import MatrixError
+    from bench.cells import matrix
+    from bench.cells.matrixfile import MatrixError
     from tests.helpers import write_matrix
     study = {"mode": "sim", "models": ["llama-3.1-8b"], "gpus": ["rtx-4090"], "techniques": ["qlora+gc"],
              "exclude": [{"techniques": "baseline"}], "published": {"qlora+gc": ref}}

@@ -7,7 +7,7 @@ and fails with the technique off (the baseline, or the technique's base cell, is
 
 import pytest
 
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.helpers import d, ok, run_cells
 
 pytestmark = pytest.mark.slow

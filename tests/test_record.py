@@ -9,7 +9,7 @@ import pytest
 
 from tests.records import SPEED_COST, SPEED_ESTIMATE, loss_details, replayed
 from bench.records import atomic, checks, record
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.helpers import REPO
 
 SIM_STUDY = {"mode": "sim", "models": ["tiny-llama"], "gpus": ["l40s", "h100-80gb"], "techniques": ["zero3+w4"]}
@@ -18,7 +18,7 @@ CPU_STUDY = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniqu
 
 @pytest.fixture
 def specs(matrix_file):
-    """Real cell specs from bench.spec.matrix (the only maker of specs)."""
+    """Real cell specs from bench.cells.matrix (the only maker of specs)."""
     return matrix.load(matrix_file({"c": CPU_STUDY, "s": SIM_STUDY}))
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.records import agreement, checks, results
-from bench.spec import inputs
+from bench.cells import inputs
 from report import table
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ from tests.test_record import SIM_STUDY, ok_record
 
 @pytest.fixture
 def sim_spec(matrix_file):
-    from bench.spec import matrix
+    from bench.cells import matrix
     cells = matrix.load(matrix_file({"s": SIM_STUDY}))
     return cells["tiny-llama__sim__zero3+w4"]
 

@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from bench.records import checks, migrate
-from bench.spec import techniques
+from bench.cells import techniques
 
 REF = Path(__file__).resolve().parents[1] / "results" / "reference"
 GPU_RUN = REF / "cuda-h100" / "cells" / "llama-3.2-1b__h100-80gb__fsdp+bf16+w2.json"

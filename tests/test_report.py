@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from bench.records import record
-from bench.spec import catalogue, techniques
+from bench.cells import catalogue, techniques
 from report import GIB, build, compare, fmt, plots, sections, table
 from tests.records import (BASE, CAPACITY, EVIL, ROOT, SIM_GPUS, bench_json, contract_details, demo_records,  # noqa: F401
                            failed, made, ok, spec, write_cells)

@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from bench.spec import techniques
+from bench.cells import techniques
 from report import GIB, claim, claims, plot_pareto, plot_steps, recommend, table
 from tests.records import (ALL_OOM, BIG, CLAIM_BASE, RULE, M, N, ROOT, cpu, cpu_records, failed, made,  # noqa: F401
                            replayed, sim, sim_records, spec)

@@ -1,12 +1,12 @@
 """The report's pipeline-stage section and the gpu_memory_utilization claim (report/stages.py,
-report/stage_claim.py), on made-up records whose vLLM plans come from bench/spec/workloads.plan.
+report/stage_claim.py), on made-up records whose vLLM plans come from bench/cells/workloads.plan.
 The numbers are invented to exercise the report; they measure nothing."""
 from __future__ import annotations
 
 import pytest
 
 from bench.estimate import verdicts
-from bench.spec import techniques, workloads
+from bench.cells import techniques, workloads
 from report import GIB, build, claim, claims, stage_claim, stages, table
 from tests.records import made, spec
 

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from bench.records import checks, record
-from bench.spec import matrix
+from bench.cells import matrix
 from report import build, table
 from report.table_check import TableError
 from tests.records import BASE, bench_json, demo_records, failed, ok, spec, write_cells
@@ -90,7 +90,7 @@ STUDY = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques":
 
 
 def matrix_records(tmp_path):
-    from bench.spec import matrix
+    from bench.cells import matrix
     path = write_matrix(tmp_path, {"s": STUDY})
     cells = matrix.load(path)
     made = []

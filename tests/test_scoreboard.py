@@ -25,8 +25,8 @@ import pytest
 from bench.corpus import peer_fitcheck, peer_rules, published
 from bench.estimate import verdicts
 from bench.runner import launch
-from bench.spec import matrix
-from bench.spec import techniques as tech
+from bench.cells import matrix
+from bench.cells import techniques as tech
 from bench.corpus import published_matrix as pm
 from bench.corpus import scoreboard as sb
 

@@ -8,7 +8,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 import bitsandbytes as bnb  # noqa: F401 - imported before any fake mode (its constants stay real)
 from bench.worker import dist, models, optimizers
 from bench.worker.sim import fakestep
-from bench.spec import matrix
+from bench.cells import matrix
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ import pytest
 
 from bench.records import checks
 from bench.runner import launch
-from bench.spec import matrix
+from bench.cells import matrix
 
 pytestmark = pytest.mark.slow
 GiB = 2**30

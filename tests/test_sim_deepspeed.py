@@ -21,7 +21,7 @@ of its cause:
 import pytest
 
 from bench.estimate import replay
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.rank_traces import GLOO_COPY_OP, peaks
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import bitsandbytes  # noqa: F401  (their constants real, as a sim run imports t
 import peft  # noqa: F401
 from torch._subclasses import fake_tensor as ft
 
-from bench.spec import matrix
+from bench.cells import matrix
 from bench.worker.sim import fakestep, fastkey, simulate
 
 TECHNIQUES = ["lora+gc+bf16", "qlora+gc", "adamw8bit+gc+bf16", "gc+act-offload+bf16"]

@@ -8,7 +8,7 @@ import pytest
 # would otherwise be created, and counted, inside whichever run imports them first.
 import bitsandbytes  # noqa: F401
 import peft  # noqa: F401
-from bench.spec import matrix
+from bench.cells import matrix
 from bench.worker import models, train
 from bench.worker.sim import measure
 from bench.worker.memtrack import MemTracker

@@ -21,7 +21,7 @@ real rank's 38,861,136 B).
 import pytest
 
 from bench.estimate import replay
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.rank_traces import GLOO_COPY_OP, peaks
 from tests.test_sim_ranks import QLORA_CONSTANTS, step_allocations
 

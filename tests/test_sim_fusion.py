@@ -110,7 +110,7 @@ COMPILED = ["compile", "compile+bf16", "compile+chunked-ce+bf16", "gc+compile+bf
 
 @pytest.fixture(scope="module")
 def compiled_cells(tmp_path_factory):
-    from bench.spec import matrix
+    from bench.cells import matrix
     from tests.helpers import write_matrix
     study = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": COMPILED,
              "batch_size": 2, "seq_len": 32}

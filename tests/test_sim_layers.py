@@ -9,7 +9,7 @@ import bitsandbytes  # noqa: F401  (their constants real, as a sim run imports t
 import peft  # noqa: F401
 
 from bench.records import identical
-from bench.spec import matrix
+from bench.cells import matrix
 from bench.worker.sim import extension, layers, measure, simulate
 
 SIX = ["lora+gc+bf16", "qlora+gc", "baseline", "gc+bf16", "adamw8bit+gc+bf16", "opt-in-bwd+bf16"]

@@ -15,7 +15,7 @@ import peft  # noqa: F401
 
 torch = pytest.importorskip("torch")
 
-from bench.spec import matrix  # noqa: E402
+from bench.cells import matrix  # noqa: E402
 from bench.worker import train  # noqa: E402
 from bench.worker.memtrack import MemTracker  # noqa: E402
 from bench.worker.sim import cuda_kernels, measure  # noqa: E402

@@ -33,7 +33,7 @@ both (``details.formula_cross_check``).
 import pytest
 
 from bench.estimate import replay
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.rank_traces import GLOO_COPY_OP, events, peaks
 
 pytestmark = pytest.mark.slow

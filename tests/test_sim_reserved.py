@@ -9,7 +9,7 @@ import pytest
 
 from bench.records import checks
 from bench.runner import launch
-from bench.spec import matrix
+from bench.cells import matrix
 
 pytestmark = pytest.mark.slow
 GPUS = ["h100-80gb", "a100-40gb", "rtx-4090"]

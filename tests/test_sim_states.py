@@ -17,7 +17,7 @@ import pytest
 
 import bitsandbytes  # noqa: F401 - constants created outside the runs
 import peft  # noqa: F401
-from bench.spec import matrix
+from bench.cells import matrix
 from bench.worker.sim import measure, simulate
 
 pytestmark = pytest.mark.slow

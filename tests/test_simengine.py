@@ -14,7 +14,7 @@ import pytest
 
 from bench.records import identical
 from bench.runner import launch, simengine
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.helpers import REPO
 from tests.test_lifeline import procs_with, wait_for
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench.runner import resources
-from bench.spec import matrix
+from bench.cells import matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 HAS_SLURM_PLUGIN = importlib.util.find_spec("snakemake_executor_plugin_slurm") is not None

@@ -16,7 +16,7 @@ leave-one-out error are printed (``pytest -s``).
 import pytest
 
 from bench.estimate import speedcv, speedmodel
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.helpers import TORCHTUNE_3B_NOT_HELD, sim_record
 
 pytestmark = pytest.mark.slow

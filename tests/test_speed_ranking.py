@@ -5,7 +5,7 @@ calls the two equal. Both cells of ``sim-7b-8b`` (their records: the reference's
 else simulated: tests/helpers.py ``sim_record``)."""
 import pytest
 
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.helpers import sim_record
 
 pytestmark = pytest.mark.slow

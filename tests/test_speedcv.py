@@ -16,7 +16,7 @@ import math
 import pytest
 
 from bench.estimate import speedcv, speedmodel
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.helpers import REPO, TORCHTUNE_3B_NOT_HELD
 
 BOUND = 0.25       # every calibration row's leave-one-out error, as the calibration tests held residuals

@@ -3,7 +3,7 @@ bench/worker/sim/stepcost.py records, against the real GPU profiles of matrix/gp
 import pytest
 
 from bench.estimate import speedmodel
-from bench.spec import matrix
+from bench.cells import matrix
 
 T = 8192  # tokens per step
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bench.worker import data
-from bench.spec import matrix, techniques as tech
+from bench.cells import matrix, techniques as tech
 from bench.worker.memtrack import MemTracker
 
 STUDY = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"]}
@@ -107,7 +107,7 @@ def test_what_runs_in_cpu_or_cuda_mode_also_runs_in_sim(combo):
 def test_skips_are_decided_when_the_matrix_loads_and_no_worker_starts(matrix_file, tmp_path):
     """One decision, in the spec; the launcher honours it without starting a process."""
     from bench.runner import launch
-    from bench.spec import matrix
+    from bench.cells import matrix
     study = {"mode": "sim", "models": ["qwen2.5-7b"], "gpus": ["rtx-4090"], "techniques": ["adafactor", "lora"]}
     cells = matrix.load(matrix_file({"s": study}))
     assert "Adafactor" in cells["qwen2.5-7b__sim__adafactor"]["skip_reason"]
@@ -228,6 +228,6 @@ def test_qlora_keeps_its_optimizer_unless_one_is_named(combo, optimizer):
 
 
 def test_a_default_does_not_change_the_digest_of_techniques_without_one():
-    from bench.spec import inputs
+    from bench.cells import inputs
     assert "defaults" not in inputs.technique_entry(tech.lookup("lora"))
     assert inputs.technique_entry(tech.lookup("qlora"))["defaults"] == {"optimizer": "paged-adamw8bit"}

@@ -9,7 +9,7 @@ All cells run once per session, two workers at a time (2 cores), in a module fix
 import pytest
 
 from bench.runner import launch
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.helpers import d, ok, run_cells
 
 pytestmark = pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.spec import matrix
+from bench.cells import matrix
 from bench.worker import train
 from bench.worker.memtrack import MemTracker
 from tests.helpers import write_matrix

@@ -13,7 +13,7 @@ matched must be within 10%. The others are printed with the reason they cannot b
 """
 import pytest
 
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.helpers import TORCHTUNE_3B_NOT_HELD, sim_record
 
 pytestmark = pytest.mark.slow

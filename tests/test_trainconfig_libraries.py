@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from bench.spec import trainconfig
-from bench.spec.techniques import knobs
+from bench.cells import trainconfig
+from bench.cells.techniques import knobs
 from tests.test_fit_guard import CONFIGS
 
 

@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from bench.spec import matrix, workloads
+from bench.cells import matrix, workloads
 from bench.worker import inference
 
 SHAPE = {"batch_size": 1, "seq_len": 64, "steps": 1, "warmup_steps": 1, "timeout_s": 300}

@@ -6,7 +6,7 @@ import pytest
 from bench.records import identical
 from bench.runner import launch
 from tests.warm_cells import CpuPool
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.helpers import write_matrix
 
 pytestmark = pytest.mark.slow

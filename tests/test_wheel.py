@@ -53,8 +53,8 @@ def test_the_wheel_holds_every_package_and_its_data(installed):
     wheel, _, _ = installed
     names = set(zipfile.ZipFile(wheel).namelist())
     packages = {p.parent.relative_to(REPO).as_posix() for p in REPO.glob("bench/**/__init__.py")} | {"report"}
-    assert {f"{p}/__init__.py" for p in packages} <= names     # bench/fit and bench/spec/trainconfig among them
-    assert {"bench/fit/answer.py", "bench/spec/matrix.schema.json", "report/template.html.j2"} <= names
+    assert {f"{p}/__init__.py" for p in packages} <= names     # bench/fit and bench/cells/trainconfig among them
+    assert {"bench/fit/answer.py", "bench/cells/matrix.schema.json", "report/template.html.j2"} <= names
     assert not any(n.startswith(("matrix/", "results/", "tests/")) for n in names)
 
 

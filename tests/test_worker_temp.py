@@ -5,7 +5,7 @@ import sys
 import tempfile
 
 from bench.runner import launch
-from bench.spec import matrix
+from bench.cells import matrix
 from tests.helpers import write_matrix
 
 STUDY = {"mode": "cpu", "models": ["tiny-llama"], "gpus": ["cpu"], "techniques": ["gc"]}

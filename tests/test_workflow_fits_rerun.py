@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bench.spec.matrix import load
+from bench.cells.matrix import load
 from tests.helpers import REPO, write_matrix
 from tests.test_workflow import jobs
 

@@ -1,10 +1,10 @@
 """The workload axis at load time and vLLM's start-up plan (torch-free): impossible
 combinations and bad settings are refused when the matrix loads, with the reason; the plan
-follows vLLM's rules (bench/spec/workloads.py), each start-up failure with vLLM's own message."""
+follows vLLM's rules (bench/cells/workloads.py), each start-up failure with vLLM's own message."""
 import pytest
 
-from bench.spec import matrix, workloads
-from bench.spec import techniques as tech
+from bench.cells import matrix, workloads
+from bench.cells import techniques as tech
 from tests.helpers import MATRIX_DIR
 
 GiB = 2**30

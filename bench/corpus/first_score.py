@@ -6,7 +6,7 @@ A held-out row (``role: held-out``) enters the corpus without ``first_score``; t
 with ``--record-first-scores`` writes ft-membench's answer for it then: the signed error in
 percent (null where the row is no measured peak or was not covered), the figure compared, the
 verdict on the row's GPU, the engine digest of the code that made the record (the record's
-``versions.ft_membench_engine``, else this checkout's ``bench.spec.inputs.engine_digest()``) and
+``versions.ft_membench_engine``, else this checkout's ``bench.cells.inputs.engine_digest()``) and
 the date. A row that has a first score keeps it: later runs show today's score beside it
 (bench/corpus/board.first_scores), so a change of the model cannot rewrite what it first said.
 
@@ -43,7 +43,7 @@ def record(path, scored: list[dict], ours: str, *, digest: str | None = None, da
     """Write a first score into each held-out row of ``path`` that has none; the ids written."""
     path = Path(path)
     if digest is None:
-        from bench.spec import inputs
+        from bench.cells import inputs
         digest = inputs.engine_digest()
     date = date or datetime.date.today().isoformat()
     rows = {r["id"]: r for r in published.load(path)}

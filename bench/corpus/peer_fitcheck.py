@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 
 from bench.corpus import published
-from bench.spec import techniques as tech
+from bench.cells import techniques as tech
 
 NAME = "fitcheck-llm"
 TENSOR_MEASURES = ("allocated", "active")  # rows measured on live tensors: compared with fitcheck's tensors tier

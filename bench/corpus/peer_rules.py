@@ -7,7 +7,7 @@ requirements table, looked up as published. Torch-free.
 Both tables give one figure per fine-tuning method and model size; they read nothing else (batch,
 sequence, optimizer, checkpointing, GPU). The row's model size is the parameter count of its model
 config (``matrix/models/<name>.json``, counted here from the config's dimensions); its method and bits
-come from the row's techniques (``bench.spec.techniques.knobs``). A row the table cannot answer (a method
+come from the row's techniques (``bench.cells.techniques.knobs``). A row the table cannot answer (a method
 or size it has no entry for, several GPUs, not a training run) raises ``Unanswerable`` with the reason:
 the scoreboard shows it as "not covered", never as zero. GB in both tables is 10^9 bytes.
 
@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 
 from bench.corpus import published
-from bench.spec import techniques as tech
+from bench.cells import techniques as tech
 
 LLAMA_FACTORY = "LLaMA-Factory hardware table"
 UNSLOTH = "Unsloth requirements table"

@@ -12,7 +12,7 @@ fitcheck-llm and the rules of thumb are not here: each says itself what it canno
 """
 from __future__ import annotations
 
-from bench.spec import techniques as tech
+from bench.cells import techniques as tech
 
 ADAM32 = ("adamw", "adamw-fused")
 _MIXED = ("amp-bf16", "amp-fp16", "bf16")

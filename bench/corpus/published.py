@@ -4,7 +4,7 @@ Torch-free. The corpus is validated against corpus.schema.json, then across fiel
 
 - ``model_config`` names a file in matrix/models (``<name>.json``);
 - ``gpu_profile`` is a CUDA profile of matrix/gpus.yaml;
-- ``techniques`` parse with bench.spec.techniques.knobs (a combination our tool can run);
+- ``techniques`` parse with bench.cells.techniques.knobs (a combination our tool can run);
 - ids are unique;
 - ``value_gib`` agrees with ``value`` and ``unit`` within 0.5%;
 - ``gap`` (only on a row that is not simulated: ``source``, ``ours`` or ``both``) agrees with
@@ -34,8 +34,8 @@ from pathlib import Path
 import yaml
 
 from bench import home
-from bench.spec import techniques as tech
-from bench.spec.matrixfile import SAFE_LOADER, MatrixError, Validator, one_line
+from bench.cells import techniques as tech
+from bench.cells.matrixfile import SAFE_LOADER, MatrixError, Validator, one_line
 
 ROOT = home.root()  # the checkout, or $FT_MEMBENCH_HOME for an installed wheel
 DEFAULT = ROOT / "matrix" / "published" / "corpus.yaml"

@@ -4,7 +4,7 @@
     python -m bench.corpus.published_matrix --check matrix/published.yaml   # exit 1 if it is stale
 
 Torch-free. Reads matrix/published/corpus.yaml (bench/corpus/published.py) and writes a matrix YAML
-(bench/spec/matrix.py loads it like any other) whose studies are named ``published-...``, so that
+(bench/cells/matrix.py loads it like any other) whose studies are named ``published-...``, so that
 
     pytest bench -k published          # bench/test_published.py: one test per corpus row
     pytest bench --matrix matrix/published.yaml -k published   # the same cells as plain matrix cells
@@ -33,7 +33,7 @@ from pathlib import Path
 import yaml
 
 from bench.corpus import published
-from bench.spec import techniques as tech
+from bench.cells import techniques as tech
 
 ROOT = published.ROOT
 DEFAULT_OUT = ROOT / "matrix" / "published.yaml"
@@ -159,7 +159,7 @@ def plan(rows: list[dict]) -> list[dict]:
 
 
 def generate(rows: list[dict]) -> dict:
-    """The matrix document (a dict bench.spec.matrix validates) for ``rows``."""
+    """The matrix document (a dict bench.cells.matrix validates) for ``rows``."""
     by_id = {r["id"]: r for r in rows}
     studies: dict[str, dict] = {}
     for e in plan(rows):

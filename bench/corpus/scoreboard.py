@@ -293,7 +293,7 @@ def own_benchmarks(scored: list[dict]) -> list[dict]:
 
 def _gpus() -> dict:
     import yaml
-    from bench.spec.matrixfile import SAFE_LOADER
+    from bench.cells.matrixfile import SAFE_LOADER
     return yaml.load(published.GPUS_FILE.read_text(), Loader=SAFE_LOADER) or {}
 
 

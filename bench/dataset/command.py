@@ -16,7 +16,7 @@ from bench.dataset.lengths import DatasetError
 from bench.dataset.stairs import GRID
 from bench.fit import cells as fitcells
 from bench.fit.question import Usage
-from bench.spec import techniques
+from bench.cells import techniques
 
 
 def tokenizer_ref(model: str, given: str | None) -> str:

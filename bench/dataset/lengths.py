@@ -106,7 +106,7 @@ def _hub_rows(repo_id: str) -> list[dict]:
         from huggingface_hub import snapshot_download
         datasets.disable_progress_bars()
         # the cached snapshot's folder, loaded as a local one (datasets infers the format from its files)
-        from bench.spec.modelref import _hf_cache_dir   # read from the environment now, as the model lookup does
+        from bench.cells.modelref import _hf_cache_dir   # read from the environment now, as the model lookup does
         folder = snapshot_download(repo_id, repo_type="dataset", local_files_only=True, cache_dir=_hf_cache_dir())
         return datasets.load_dataset(folder, split="train").to_list()
     except ImportError:

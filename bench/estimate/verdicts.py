@@ -39,7 +39,7 @@ and is paged to host memory beyond it (``paging``): such a step fits, with pagin
 from __future__ import annotations
 
 MiB = 2**20
-CUDA_CONTEXT_BYTES = 512 * MiB    # vLLM's start-up plan counts these two apart (bench/spec/workloads.py)
+CUDA_CONTEXT_BYTES = 512 * MiB    # vLLM's start-up plan counts these two apart (bench/cells/workloads.py)
 BLAS_WORKSPACE_BYTES = 64 * MiB
 # a training process's memory outside the caching allocator, the most measured (H100; module docstring)
 RESERVE_BYTES = 840 * MiB

@@ -1,5 +1,5 @@
 """The fit command's question as matrix cells: a one-study matrix written for the asked model,
-techniques and shape, loaded by bench.spec.matrix (``specs``), so every cell is the matrix's own
+techniques and shape, loaded by bench.cells.matrix (``specs``), so every cell is the matrix's own
 spec and a study's stored record answers for it where the shape agrees. Also the GPU profiles a
 question may name (``cuda_profiles``) and the default techniques (the default matrix's 7-8B
 study's). What the matrix loader refuses is a ``Usage`` error in its words. Torch-free.
@@ -12,12 +12,12 @@ from pathlib import Path
 import yaml
 
 from bench.fit.question import Usage
-from bench.spec import matrix, matrixfile
-from bench.spec.techniques import MAXIMUMS, MINIMUMS, canonical
+from bench.cells import matrix, matrixfile
+from bench.cells.techniques import MAXIMUMS, MINIMUMS, canonical
 
 DEFAULT_STUDY = "sim-7b-8b"  # its techniques are the default list
 
-MALFORMED = ("not valid JSON", "must be a JSON object", "model_type missing", "cannot read it")  # bench/spec/modelref.py
+MALFORMED = ("not valid JSON", "must be a JSON object", "model_type missing", "cannot read it")  # bench/cells/modelref.py
 
 
 def cuda_profiles() -> list[str]:
@@ -46,7 +46,7 @@ def matrix_spellings() -> list[str]:
 
 
 def canonical_techniques(techniques: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The asked combinations in their one spelling (bench/spec/techniques.py ``canonical``: the
+    """The asked combinations in their one spelling (bench/cells/techniques.py ``canonical``: the
     default matrix's where it has the same set), each once, and {as asked: as spelled} where the
     two differ, so a recipe written in another order is the same cell and finds its records."""
     known = matrix_spellings()

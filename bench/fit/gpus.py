@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from bench.fit.question import Usage
-from bench.spec.techniques import MAXIMUMS, SHARDED
+from bench.cells.techniques import MAXIMUMS, SHARDED
 
 _COUNT = re.compile(r"\s*([0-9]+)\s*[x×*]\s*(.+)")
 _VENDOR = re.compile(r"^(nvidia|geforce)\s*")

@@ -1,9 +1,9 @@
 """The fit command's question from what the user gives: a MODEL argument (a matrix name, a
 config path, a Hugging Face id) and/or ``--config FILE`` (a TRL/transformers, axolotl,
-LLaMA-Factory or torchtune training config, bench/spec/trainconfig).
+LLaMA-Factory or torchtune training config, bench/cells/trainconfig).
 
 ``question`` returns the model argument the matrix loader resolves (a Hub id's config.json is
-first put in the local Hub cache by bench/spec/hubmodel.py, or the id is answered by the matrix model
+first put in the local Hub cache by bench/cells/hubmodel.py, or the id is answered by the matrix model
 of the same repository), the techniques, the technique options, the shape, the recipe read from
 the config (None without one) and the notes saying how the model was found. Every problem is a
 ``Usage`` error (exit status 2). Torch-free.
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.spec import hubmodel, trainconfig
-from bench.spec.modelref import MODELS_DIR, ModelError
+from bench.cells import hubmodel, trainconfig
+from bench.cells.modelref import MODELS_DIR, ModelError
 
 
 class Usage(ValueError):

@@ -17,7 +17,7 @@ from bench import home
 from bench.estimate import nccl, verdicts
 from bench.records import agreement, checks, record, reuse
 from bench.search import fits_csv
-from bench.spec import inputs
+from bench.cells import inputs
 
 ROOT = home.root()  # the checkout, or $FT_MEMBENCH_HOME for an installed wheel
 

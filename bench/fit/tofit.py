@@ -19,7 +19,7 @@ from __future__ import annotations
 from bench.estimate import speedcv, verdicts
 from bench.estimate.measures import beside_bytes, need_bytes, nccl_bytes
 from bench.search import fits_csv
-from bench.spec.techniques import BNB_OPTIMIZERS, knobs
+from bench.cells.techniques import BNB_OPTIMIZERS, knobs
 
 GiB = 2**30
 PRECISIONS = {"fp32", "amp-bf16", "amp-fp16", "bf16"}

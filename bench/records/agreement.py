@@ -1,6 +1,6 @@
 """Whether an ok sim record agrees with itself: its verdicts and the need it prints, re-derived
 from its own fields by the functions that made them (bench/estimate/verdicts.py, loadplan.py,
-bench/spec/workloads.py), never restated here. ``disagreements(rec)`` names each field that
+bench/cells/workloads.py), never restated here. ``disagreements(rec)`` names each field that
 contradicts the others; empty when the record agrees with itself. Part of the record gate
 (bench/records/checks.problems): a record whose verdict says "fits" while its own modelled
 reserved peak exceeds the card's capacity is not an answer. Never raises. Torch-free.
@@ -34,7 +34,7 @@ What is re-derived, per kind of ok sim record:
 from __future__ import annotations
 
 from bench.estimate import loadplan, nccl, verdicts
-from bench.spec import workloads
+from bench.cells import workloads
 
 
 def disagreements(rec: dict) -> list[str]:

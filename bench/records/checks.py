@@ -15,7 +15,7 @@ from bench.records.record import (BYTE_FIELDS, CATEGORIES, ESTIMATE_KEYS, FIELDS
                                   MODES, NUMBER, NUMBER_FIELDS, PHASES, PROVENANCE, RECORD_VERSION, REPORT_DETAILS,
                                   SHAPE_FIELDS, SPEC_FIELDS, SPEED_DETAILS, STATUSES, STEP_COST_KEYS, VERDICTS, blank,
                                   version)
-from bench.spec import techniques
+from bench.cells import techniques
 
 
 def _workload(rec: dict) -> str:
@@ -241,7 +241,7 @@ INPUT_FIELDS = tuple(k for k in SPEC_FIELDS if k not in ("study", "baseline_cell
 
 
 def inputs_problems(rec: dict, spec: dict) -> list[str]:
-    """How ``rec`` was made from other inputs than ``spec`` (a cell spec from bench.spec.matrix):
+    """How ``rec`` was made from other inputs than ``spec`` (a cell spec from bench.cells.matrix):
     its input digests, knobs, shape or capacities differ. A record without input digests
     matches nothing. Empty when it answers for ``spec``."""
     want = blank(spec)

@@ -82,7 +82,7 @@ COMPRESSIONS = (("adamw8bit", None), ("paged-adamw8bit", None), ("qlora", "lora+
 
 def _names_an_optimizer(parts: list[str]) -> bool:
     """Whether a technique of ``parts`` sets the optimizer (the catalogue says which do)."""
-    from bench.spec import techniques
+    from bench.cells import techniques
     return any("optimizer" in techniques.lookup(p).sets for p in parts if p in techniques.CATALOG)
 
 

@@ -4,7 +4,7 @@
     python -m bench.records.migrate --check FILE...                            # exit 1 if any file would change
 
 The record contract (bench/records/checks.py) wants a record's ``knobs`` to be exactly the catalogue's
-(bench/spec/catalogue.py ``DEFAULT_KNOBS``). A knob joins the catalogue with, as its default, what the code
+(bench/cells/catalogue.py ``DEFAULT_KNOBS``). A knob joins the catalogue with, as its default, what the code
 did before it existed, so a record made before then ran with that default. ``ADDED_KNOBS`` names each such
 knob and that value; a record missing one gets it. Nothing else in the record changes: not a measurement,
 not its engine digest (``versions.ft_membench_engine`` still says which code made it). A record missing any

@@ -35,7 +35,7 @@ def spread(values: list[float]) -> float:
 def main(argv=None) -> int:
     from bench.records import results  # the launcher only where cells are run
     from bench.runner import launch
-    from bench.spec import matrix
+    from bench.cells import matrix
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cells", nargs="+")

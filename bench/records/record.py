@@ -7,7 +7,7 @@ Contract (every key is always present; a number that was not measured is ``None`
 
 - identity: ``cell``, ``study``, ``baseline_cell`` (the cell this one compares against),
   ``model``, ``gpu``, ``techniques`` (list), ``knobs`` (what the techniques resolve to:
-  bench.spec.techniques.DEFAULT_KNOBS with the cell's settings), ``mode`` (cpu|cuda|sim),
+  bench.cells.techniques.DEFAULT_KNOBS with the cell's settings), ``mode`` (cpu|cuda|sim),
   ``provenance`` (cpu-measured | cuda-measured | simulated), ``world_size``
 - outcome: ``status`` (ok|oom|error|timeout|skipped), ``reason`` (one line, "" when ok),
   ``log_tail`` (last lines of the worker's output, failures only)
@@ -123,7 +123,7 @@ ESTIMATE_KEYS = ("step_s", "tokens_per_s", "provenance", "how")
 
 
 def blank(spec: dict) -> dict:
-    """A record for ``spec`` (a cell spec from bench.spec.matrix) with nothing measured yet."""
+    """A record for ``spec`` (a cell spec from bench.cells.matrix) with nothing measured yet."""
     rec = {k: None for k in FIELDS}
     rec["record_version"] = RECORD_VERSION
     rec.update(

@@ -1,7 +1,7 @@
 """When a stored sim record or search answers for a new simulation: one rule for both. Torch-free.
 
 ``versions()`` is what a simulated answer depends on besides its spec (which bench/records/checks.gate
-and the inputs digest check): the engine's code (``ft_membench_engine``, bench/spec/inputs.py
+and the inputs digest check): the engine's code (``ft_membench_engine``, bench/cells/inputs.py
 ``engine_digest``) and the versions of the libraries that run it (local build labels dropped:
 ``2.13.0+cpu`` is ``2.13.0``). The warm sim engine (bench/runner/simengine.py) is keyed by it.
 
@@ -25,7 +25,7 @@ import re
 from importlib import metadata
 from pathlib import Path
 
-from bench.spec import inputs
+from bench.cells import inputs
 
 LIBRARIES = ("torch", "transformers", "peft", "bitsandbytes", "deepspeed", "accelerate")
 ENGINE = "ft_membench_engine"

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from bench.records import reuse
 from bench.runner import lifeline
-from bench.spec import inputs
+from bench.cells import inputs
 
 ENV = "FT_MEMBENCH_SIM_ENGINE"
 POLL_S = 0.5

@@ -46,7 +46,7 @@ from bench.estimate import nccl, replay, verdicts
 from bench.records import atomic, checks
 from bench.search.fits_csv import BATCH_LIMIT, RESOLUTION_TOKENS, collect, row, seq_limit
 from bench.search.shapes import SearchError, Shapes, by_formula, judged_bytes
-from bench.spec import techniques
+from bench.cells import techniques
 
 EXACT_BUDGET = 6  # full simulations per axis where interpolation is not exact
 DIST_BUDGET = 12  # full simulations per axis for a ZeRO/FSDP cell (bisection over a 512-point grid: 11)
@@ -315,7 +315,7 @@ def run_cell(spec: dict, out: Path, results: Path = Path("results"), jobs: int =
 
 
 def main(argv=None) -> int:
-    from bench.spec import matrix
+    from bench.cells import matrix
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--matrix", default=str(matrix.DEFAULT_MATRIX))
     ap.add_argument("--cell", help="search this sim cell and write --out (JSON)")

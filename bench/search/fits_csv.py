@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench.estimate import verdicts
 from bench.records import atomic
-from bench.spec import inputs
+from bench.cells import inputs
 
 RESOLUTION_TOKENS = 256
 SEQ_LIMIT = 131072

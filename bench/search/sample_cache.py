@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from bench.records import atomic
-from bench.spec import inputs
+from bench.cells import inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 FORMAT = 2  # 2: a sharded cell's load placement kept beside its peak (the per-rank search judges both)

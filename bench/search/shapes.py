@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench.estimate import interp, partition, replay
 from bench.search import progress
-from bench.spec import techniques
+from bench.cells import techniques
 
 
 class Shapes:
@@ -95,7 +95,7 @@ class Shapes:
 
 def by_formula(spec: dict) -> bool:
     """A ZeRO/FSDP cell whose per-rank figures are partitioned by formula from the single-process
-    trace, not one rank's trace (bench/spec/techniques.py ``traced_per_rank``)."""
+    trace, not one rank's trace (bench/cells/techniques.py ``traced_per_rank``)."""
     return bool(spec["knobs"]["dist"]) and not techniques.traced_per_rank(spec)
 
 

@@ -16,7 +16,7 @@ import time
 
 from bench.speed.study import STUDY
 from bench.estimate import replay
-from bench.spec import matrix
+from bench.cells import matrix
 from bench.worker.sim import measure
 
 TARGET_S = 1.0

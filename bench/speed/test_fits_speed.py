@@ -25,7 +25,7 @@ import time
 from bench.records import identical
 from bench.runner import launch
 from bench.search import fits
-from bench.spec import matrix
+from bench.cells import matrix
 from bench.search.simpool import SimPool
 
 CELL = "qwen2.5-7b__sim__lora+gc+bf16"

@@ -21,7 +21,7 @@ import time
 import torch
 
 from bench.worker.sim import fakestep, measure, simulate
-from bench.spec import matrix
+from bench.cells import matrix
 from bench.speed.study import STUDY
 from bench.worker import train
 

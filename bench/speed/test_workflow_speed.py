@@ -3,7 +3,7 @@
     pytest bench/speed/test_workflow_speed.py --benchmark-json speed.json
 
 A generated matrix of 300 cuda cells (6 models x 5 GPU profiles x 10 technique combinations,
-world sizes 1 to 8) is expanded by bench.spec.matrix.load, and `snakemake -n` plans its jobs
+world sizes 1 to 8) is expanded by bench.cells.matrix.load, and `snakemake -n` plans its jobs
 (the Snakefile loads the same matrix, then builds one job per cell with its resources).
 Nothing runs: a dry run needs no GPU. The targets are generous ceilings ("seconds"), so a
 regression that makes the loader or the Snakefile quadratic fails here.
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.spec import matrix
+from bench.cells import matrix
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["tiny-llama", "tiny-qwen2", "qwen2.5-0.5b", "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b"]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.spec import matrix
+from bench.cells import matrix
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 ENV = "FT_MEMBENCH_TARGETS"

@@ -2,7 +2,7 @@
 
     python -m bench.worker.configcheck < REQUEST.json > ANSWER.json
 
-Run by bench/spec/modelref.py (torch-free, so it cannot import transformers itself) once per
+Run by bench/cells/modelref.py (torch-free, so it cannot import transformers itself) once per
 config content and transformers version; the answer is cached there. REQUEST is a list of
 ``{"path": config.json, "trust_remote_code": bool}``; ANSWER the same list of
 ``{"ok": true, "config_class", "causal_lm"}`` (``causal_lm`` null with ``why`` where

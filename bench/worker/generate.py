@@ -30,7 +30,7 @@ import torch
 from bench.worker import cpuload, models, train
 from bench.worker.memtrack import MemTracker
 from bench.worker.progress import say
-from bench.spec.workloads import DEFAULT_NEW_TOKENS, kv_bytes_per_token
+from bench.cells.workloads import DEFAULT_NEW_TOKENS, kv_bytes_per_token
 
 
 class InferenceTracker(MemTracker):

@@ -2,9 +2,9 @@
 
     python -m bench.worker SPEC.json RECORD.json
 
-SPEC.json is one cell spec from bench.spec.matrix. The JSON files the cell is built from (model
+SPEC.json is one cell spec from bench.cells.matrix. The JSON files the cell is built from (model
 config, DeepSpeed config) are read once into a private folder and digested there
-(bench/spec/inputs.pin): a digest that is not the spec's ``inputs_sha256`` is an ``error`` record,
+(bench/cells/inputs.pin): a digest that is not the spec's ``inputs_sha256`` is an ``error`` record,
 and ``details.inputs_read_sha256`` says what was read. RECORD.json receives the run record
 (bench/records/record.py), written atomically; the same JSON is the last line of stdout. Failures
 inside the step are data: an out-of-memory error gives status ``oom``, any other exception
@@ -34,7 +34,7 @@ from pathlib import Path
 from bench.estimate import verdicts
 from bench.records import atomic, record
 from bench.runner import lifeline, ranks
-from bench.spec import inputs
+from bench.cells import inputs
 from bench.worker import alloctrace
 from bench.worker.outcome import Skip, is_oom
 from bench.worker.progress import say

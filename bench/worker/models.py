@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import transformers
 
-from bench.spec import inputs
+from bench.cells import inputs
 
 ATTN = {"sdpa": "sdpa", "eager": "eager", "fa2": "flash_attention_2"}
 CACHE = Path(os.environ.get("FT_MEMBENCH_CACHE", Path(__file__).resolve().parents[2] / "results" / "cache"))
@@ -30,7 +30,7 @@ KEY_FILE = "ft-membench-key.json"  # beside the weights: what the checkpoint was
 def load_config(path: str, attn: str, trust_remote_code: bool = False) -> transformers.PretrainedConfig:
     """The architecture config at ``path`` (a config.json: matrix/models/, a local file, a
     Hugging Face cache snapshot). A model_type transformers does not know is built from the
-    code beside the file only with ``trust_remote_code`` (the user's opt-in, bench/spec/modelref.py)."""
+    code beside the file only with ``trust_remote_code`` (the user's opt-in, bench/cells/modelref.py)."""
     raw = {k: v for k, v in json.loads(Path(path).read_text()).items() if not k.startswith("_")}
     if trust_remote_code and raw.get("auto_map", {}).get("AutoConfig"):
         config = transformers.AutoConfig.from_pretrained(Path(path).parent, trust_remote_code=True,
@@ -169,7 +169,7 @@ def finish_kbit(model, knobs: dict):
 def quant_storage(knobs: dict) -> torch.dtype:
     """The dtype bitsandbytes packs the 4-bit weights in (``bnb_4bit_quant_storage``): uint8, or
     bf16 where FSDP or ZeRO-3 shards them with the model's other bf16 tensors (knob ``quant_storage``,
-    set by bench/spec/techniques.py)."""
+    set by bench/cells/techniques.py)."""
     return torch.bfloat16 if knobs.get("quant_storage") == "bf16" else torch.uint8
 
 

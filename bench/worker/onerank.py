@@ -3,7 +3,7 @@ process group (``torch.testing._internal.distributed.fake_pg``), as torch's FSDP
 torchtitan's memory estimation run it.
 
 Sim runs it under fake tensors (bench/worker/sim/rankgroup.py). A cpu or cuda cell asks for it with
-its study's ``ranks: rank0`` (bench/spec/matrix.py): the rank's real program on this machine's one
+its study's ``ranks: rank0`` (bench/cells/matrix.py): the rank's real program on this machine's one
 device, its real allocator, kernels and (on a GPU) FSDP's own streams, every collective completed at
 once, moving no other rank's data. What such a run does not hold, and its record says so
 (``details.rank_program``): NCCL's device buffers (bench/estimate/nccl.py models them), and the

@@ -25,7 +25,7 @@ from bench.worker.progress import say
 AUTOCAST = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
 SIM_LOSS_CHECK = ("sim: fake tensors carry no values, so no loss is computed; what stands in is the config check "
                   "(bench/worker/configcheck.py: transformers reads the config and has a causal-LM class for it) "
-                  "and the matrix's checks of the config's values (bench/spec/workloads.config_problem: layers, experts, "
+                  "and the matrix's checks of the config's values (bench/cells/workloads.config_problem: layers, experts, "
                   "rope_theta, norm epsilon, context))")
 
 

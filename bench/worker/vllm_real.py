@@ -3,7 +3,7 @@
 Needs the optional extra (``pip install -e ".[vllm]"``) and a CUDA GPU; without either the
 cell is a ``skipped`` record saying so. No hub access: the model is the cell's config with
 random weights, saved locally (bench/worker/models.checkpoint_dir) and loaded by vLLM in
-bf16. The engine's start-up errors about memory (bench/spec/workloads.py quotes them) make an
+bf16. The engine's start-up errors about memory (bench/cells/workloads.py quotes them) make an
 ``oom`` record with vLLM's own message; what it planned comes from the engine's config
 (``num_gpu_blocks``) and the driver's free memory (``torch.cuda.mem_get_info``, cudaMemGetInfo:
 the whole card's, not NVML's, not this process's alone).
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from bench.spec import workloads
+from bench.cells import workloads
 from bench.worker.outcome import Skip
 
 MEMORY_ERRORS = ("Free memory on device", "No available memory for the cache blocks",

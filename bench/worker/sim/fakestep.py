@@ -56,7 +56,7 @@ from bench.estimate import replay
 from bench.worker import cuda_alloc, models, optimizers
 from bench.worker.sim import cuda_kernels, fastkey, fusion, rankgroup, stepcost
 from bench.worker.memtrack import MemTracker
-from bench.spec.techniques import BNB_OPTIMIZERS
+from bench.cells.techniques import BNB_OPTIMIZERS
 
 _SWAP_TENSORS = torch.utils.swap_tensors
 _IGNORE_CAUSAL_MASK = masking_utils._ignore_causal_mask_sdpa

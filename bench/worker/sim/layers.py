@@ -31,7 +31,7 @@ import traceback
 from pathlib import Path
 
 from bench.runner import lifeline
-from bench.spec import techniques
+from bench.cells import techniques
 from bench.worker import train
 from bench.worker.progress import say
 from bench.worker.sim import measure

@@ -16,7 +16,7 @@ What the fake group leaves out, each named and tested (tests/test_sim_ranks.py):
 - the device mesh's rank tensor (a few bytes, made before the tracker starts here);
 - NCCL's device buffers, outside PyTorch's allocator: bench/estimate/nccl.py adds them to the need.
 
-Which engines run per rank (bench/spec/techniques.py ``TRACED_PER_RANK``): FSDP2, with and without
+Which engines run per rank (bench/cells/techniques.py ``TRACED_PER_RANK``): FSDP2, with and without
 CPU offload (``fsdp``, ``fsdp-offload``: the rank's host and device kept apart as a GPU keeps them,
 bench/worker/fsdpoffload.py). DeepSpeed ZeRO is still partitioned by formula from the
 single-process step (bench/worker/sim/sharding.py): DeepSpeed does not run under fake tensors.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 
-from bench.spec import techniques
+from bench.cells import techniques
 from bench.worker import onerank
 from bench.worker.sim import dtensor_flag, fake_pointers
 from bench.worker.onerank import LOAD_OP, start_from_shards  # noqa: F401  (sim's names for them)

@@ -40,7 +40,7 @@ their state with cudaMallocManaged, outside torch's allocator: sim counts it in 
 it apart (``allocator_model.unified_peak_bytes``; ``details.paging`` per GPU: what stays
 resident, what the driver pages to host memory); the CUDA context is the verdict's reserve; T4 (no bf16 kernels)
 is flagged in ``details.verdict_notes``.
-Cells sim cannot run are skipped records, decided when the matrix loads (bench/spec/techniques.py).
+Cells sim cannot run are skipped records, decided when the matrix loads (bench/cells/techniques.py).
 """
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def states_phase_of(phases: dict) -> str:
 
 def run(spec: dict, cuda_model: bool = True) -> dict:
     """Record fields for a sim cell (see the module docstring). What sim cannot run was
-    decided when the matrix loaded (bench/spec/techniques.py ``skip_reason``). A decoder of many
+    decided when the matrix loaded (bench/cells/techniques.py ``skip_reason``). A decoder of many
     identical layers is simulated with fewer and extended where that is verified exact
     (bench/worker/sim/layers.py); anything else, and any extension that does not verify,
     runs the full step."""

@@ -11,7 +11,7 @@ tokens, then the sampler's fp32 logits and probabilities for ``max_num_seqs`` ro
 whose MLP keeps gate, up and their product apart where vLLM's fused SiluAndMul does not: the
 activation peak is an upper bound of vLLM's own.
 
-What is computed from vLLM's rules (bench/spec/workloads.py, source cited there): the requested
+What is computed from vLLM's rules (bench/cells/workloads.py, source cited there): the requested
 memory, the KV space, blocks and tokens, the concurrency at max_model_len, and whether the
 engine starts, per GPU. The record:
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.spec import workloads
+from bench.cells import workloads
 from bench.worker import cuda_alloc, models, train
 from bench.worker.generate import InferenceTracker
 from bench.worker.sim import fakestep

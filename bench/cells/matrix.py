@@ -27,10 +27,10 @@ import os
 from pathlib import Path
 
 from bench import home
-from bench.spec import inputs, modelref
-from bench.spec import techniques as tech
-from bench.spec import workloads
-from bench.spec.matrixfile import SCHEMA, MatrixError, check_schema, load_gpus, read_json, read_yaml
+from bench.cells import inputs, modelref
+from bench.cells import techniques as tech
+from bench.cells import workloads
+from bench.cells.matrixfile import SCHEMA, MatrixError, check_schema, load_gpus, read_json, read_yaml
 
 DEFAULT_MATRIX = home.root() / "matrix" / "default.yaml"  # the checkout, or $FT_MEMBENCH_HOME
 SHAPE_KEYS = ("batch_size", "seq_len", "steps", "warmup_steps", "timeout_s", "seed")
@@ -78,7 +78,7 @@ def _resolved(path, folder: Path, key: str) -> Path:
 
 
 def _resolve_models(path, doc: dict, models_dir: Path) -> dict[str, modelref.Model]:
-    """{entry as written in a study's models: the model it names} (bench/spec/modelref.py): a name
+    """{entry as written in a study's models: the model it names} (bench/cells/modelref.py): a name
     in models_dir, a config path (relative to the matrix's folder) or a Hugging Face id in the
     local cache; trust_remote_code only where ``model_options`` opts in. transformers is asked
     once for all of them; two entries that would make one cell name are refused."""
@@ -297,7 +297,7 @@ def _spec(ctx: dict, study: str, model: modelref.Model, gpu: str, names: list[st
 
 
 def _inputs(ctx: dict, model: modelref.Model, gpu: str, names: list[str], knobs: dict, options: dict) -> dict:
-    """Digests of the content of each thing the cell depends on (bench/spec/inputs.py)."""
+    """Digests of the content of each thing the cell depends on (bench/cells/inputs.py)."""
     ds = ctx["ds_dir"] / f"{knobs['dist']}.json" if (knobs["dist"] or "").startswith("zero") else None
     used = tuple(ctx["study_gpus"]) if ctx["mode"] == "sim" else (gpu,)
     return {

@@ -4,7 +4,7 @@ Torch-free: the matrix loader validates combinations with it before anything run
 report reads its metadata. The worker reads the resulting knobs (``knobs()``) and acts on
 them in bench/worker/train.py; no technique is a branch scattered through the worker.
 
-Each entry of the catalogue (bench/spec/catalogue.py) sets knobs; two entries setting the same
+Each entry of the catalogue (bench/cells/catalogue.py) sets knobs; two entries setting the same
 knob is an impossible combination (two precisions, two optimizers, fa2 with eager, zero3 with
 fsdp), and ``RULES`` adds the ones that are not a knob clash (qlora with fp32, a world size
 without a sharding technique). Numbered families (``ga4``, ``b8``, ``s512``, ``w2``) and decimal
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import re
 
-from bench.spec.catalogue import CATALOG, DEFAULT_KNOBS, Technique
+from bench.cells.catalogue import CATALOG, DEFAULT_KNOBS, Technique
 
 # The smallest value of each shape setting: the one home of these minimums, used by the
-# matrix schema (bench/spec/matrix.py fills them in) and by the numbered techniques below.
+# matrix schema (bench/cells/matrix.py fills them in) and by the numbered techniques below.
 # A causal LM predicts token t+1 from token t: one token leaves no target, and its loss is
 # NaN (an ok-looking step that trains nothing), so a sequence needs two.
 MINIMUMS = {"batch_size": 1, "seq_len": 2, "steps": 1, "warmup_steps": 1, "accum": 1, "world_size": 1}
@@ -243,7 +243,7 @@ MODE_RULES: list = []
 
 def skip_reason(names: list[str], knobs: dict, mode: str) -> str:
     """Why a combination cannot run in ``mode`` (becomes a skipped record), or ''. Decided
-    once, when the matrix loads (bench/spec/matrix.py puts it in the cell's spec)."""
+    once, when the matrix loads (bench/cells/matrix.py puts it in the cell's spec)."""
     for name in names:
         tech = lookup(name)
         if mode not in tech.modes:
@@ -278,7 +278,7 @@ def markdown_table() -> str:
 if __name__ == "__main__":
     import argparse
     import sys
-    parser = argparse.ArgumentParser(prog="python -m bench.spec.techniques",
+    parser = argparse.ArgumentParser(prog="python -m bench.cells.techniques",
                                      description="The technique catalogue: what each technique sets.")
     parser.add_argument("--markdown", action="store_true", required=True,
                         help="print the catalogue as the markdown table of docs/composing.md")

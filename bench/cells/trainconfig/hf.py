@@ -15,7 +15,7 @@ either way fp32 extras unless a TRL 1.x config loads in 16 bits (``qlora-fp32`` 
 """
 from __future__ import annotations
 
-from bench.spec.trainconfig.recipe import Recipe, _true, autocast_for_sharded_qlora, ds_dist, fsdp_dist, positive_int
+from bench.cells.trainconfig.recipe import Recipe, _true, autocast_for_sharded_qlora, ds_dist, fsdp_dist, positive_int
 
 def training_args(doc: dict, r: Recipe, weights_16bit: bool) -> set[str]:
     """Read the shared TrainingArguments keys into ``r``; the keys it consumed."""

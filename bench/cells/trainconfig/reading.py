@@ -1,5 +1,5 @@
-"""Reading a training config's files as the matrix's are read (bench/spec/matrixfile.py,
-bench/spec/yamlsafe.py): regular files only (a FIFO would hang, /dev/zero would fill memory), at
+"""Reading a training config's files as the matrix's are read (bench/cells/matrixfile.py,
+bench/cells/yamlsafe.py): regular files only (a FIFO would hang, /dev/zero would fill memory), at
 most ``MAX_BYTES``, UTF-8; YAML under the strict safe loader (no Python tags, no duplicate
 keys, bounded after alias expansion and in depth); JSON likewise (duplicate keys refused, the
 same bounds). Each refusal is a ``ReadError`` naming the file and the reason. Torch-free.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.spec import yamlsafe
+from bench.cells import yamlsafe
 
 MAX_BYTES = 1 << 20   # 1 MiB: training configs are a few KB; a DeepSpeed config less
 

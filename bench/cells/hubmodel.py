@@ -7,7 +7,7 @@ or ``huggingface-cli login``) for gated models, and answers from the cache alone
 ``HF_HUB_OFFLINE=1`` or when the Hub cannot be reached. No weights, tokenizer or code file is
 fetched; a config whose ``auto_map`` names its own code is refused here unless the caller opts
 into ``trust_remote_code`` (then, and only then, the ``*.py`` files ``auto_map`` names are fetched
-beside it). bench/spec/modelref.py then reads the cached snapshot as it reads any cached id.
+beside it). bench/cells/modelref.py then reads the cached snapshot as it reads any cached id.
 
 ``local_name`` maps a Hub id to a model of ``matrix/models`` whose ``_source`` names the same
 repository (case-insensitive; Meta's ``Meta-Llama-3.1-*`` spelling of the renamed
@@ -23,7 +23,7 @@ import os
 import re
 from pathlib import Path
 
-from bench.spec.modelref import MODELS_DIR, REPO_ID, ModelError, fetch_hint
+from bench.cells.modelref import MODELS_DIR, REPO_ID, ModelError, fetch_hint
 
 CONFIG = "config.json"
 HUB_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")   # the Hub's rules: ASCII, no '..' or '--', <= 96 chars

@@ -1,12 +1,12 @@
 """Training configs people already have, read into one question for ``ft-membench fit``.
 
-``read(path, fmt=None)`` returns a Recipe (bench/spec/trainconfig/recipe.py): the model id as written,
+``read(path, fmt=None)`` returns a Recipe (bench/cells/trainconfig/recipe.py): the model id as written,
 the catalogue techniques, the technique options, batch, sequence length, processes, what was
 mapped and every setting ignored with its reason. The format is told from the keys (``FORMATS``
 order: torchtune's ``_component_`` builders, axolotl's ``base_model``/``micro_batch_size``/
 ``sequence_len``, LLaMA-Factory's ``finetuning_type``/``cutoff_len``/``template``/
 ``quantization_bit``, then TRL/transformers TrainingArguments), or named (``fmt``). JSON or YAML.
-A file that cannot be read (read as the matrix is: bench/spec/trainconfig/reading.py), is not a
+A file that cannot be read (read as the matrix is: bench/cells/trainconfig/reading.py), is not a
 mapping, matches no format, or sets a memory-relevant key to a value that cannot be what it
 means (recipe.py's ``Invalid``), or configures a preference or RL stage (DPO, GRPO, PPO...: stage.py)
 or a parallelism other than data parallelism (tensor, context, sequence, pipeline; HSDP: parallel.py),
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.spec.trainconfig import axolotl, hf, llamafactory, parallel, reading, stage, torchtune
-from bench.spec.trainconfig.recipe import Invalid, Recipe
+from bench.cells.trainconfig import axolotl, hf, llamafactory, parallel, reading, stage, torchtune
+from bench.cells.trainconfig.recipe import Invalid, Recipe
 
 FORMATS = {"torchtune": torchtune.read, "axolotl": axolotl.read, "llamafactory": llamafactory.read, "trl": hf.read}
 

@@ -1,6 +1,6 @@
-"""Reading the matrix's files, strictly: YAML under the safe subset (bench/spec/yamlsafe.py), JSON
-inputs, the JSON schema (bench/spec/matrix.schema.json, its shape bounds from
-bench.spec.techniques), and the GPU profiles file. Every refusal is a ``MatrixError`` naming
+"""Reading the matrix's files, strictly: YAML under the safe subset (bench/cells/yamlsafe.py), JSON
+inputs, the JSON schema (bench/cells/matrix.schema.json, its shape bounds from
+bench.cells.techniques), and the GPU profiles file. Every refusal is a ``MatrixError`` naming
 the file, the key and the reason. Torch-free.
 """
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from bench.spec import techniques as tech
-from bench.spec import yamlsafe
+from bench.cells import techniques as tech
+from bench.cells import yamlsafe
 
 
 def _schema() -> dict:
-    """matrix.schema.json with each shape minimum from bench.spec.techniques.MINIMUMS (their one home)."""
+    """matrix.schema.json with each shape minimum from bench.cells.techniques.MINIMUMS (their one home)."""
     schema = json.loads((Path(__file__).with_name("matrix.schema.json")).read_text())
     for key, prop in schema["$defs"]["shape"]["properties"].items():
         if key in tech.MINIMUMS:

@@ -1,6 +1,6 @@
 """Content digests of what a cell depends on. Torch-free.
 
-A cell reruns when the digest of one of its inputs changes (bench/spec/matrix.py puts them in the
+A cell reruns when the digest of one of its inputs changes (bench/cells/matrix.py puts them in the
 cell spec, which is the Snakemake rule's ``params``), and a cached checkpoint is reused only
 under the digest of the content it was made from (bench/worker/models.py). Digests are taken
 over canonical JSON, so reformatting a file changes nothing and any edit of a value does.
@@ -36,9 +36,9 @@ def _plain(obj):
 # allocator replay, the verdict, need, load, speed and interpolation models, the fits search, the
 # technique catalogue, vLLM's plan and the record's own rules and gate (tests/test_engine_digest.py
 # holds that every module the search and the answer import is here, or said to make no answer)
-ENGINE_FILES = ("worker/**/*.py", "estimate/*.py", "search/*.py", "spec/techniques.py", "spec/catalogue.py",
-                "spec/workloads.py", "records/record.py", "records/checks.py", "records/agreement.py",
-                "spec/inputs.py")
+ENGINE_FILES = ("worker/**/*.py", "estimate/*.py", "search/*.py", "cells/techniques.py", "cells/catalogue.py",
+                "cells/workloads.py", "records/record.py", "records/checks.py", "records/agreement.py",
+                "cells/inputs.py")
 # what matches ENGINE_FILES but is computed from the records (a figure held against them): in the
 # digest, every rebuild of the records would make its own stored figures stale
 ENGINE_EXCLUDED = ("estimate/speedcv.py",)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from bench import home
 from bench.records import atomic
-from bench.spec import inputs
+from bench.cells import inputs
 
 ROOT = home.root()  # the checkout, or $FT_MEMBENCH_HOME for an installed wheel
 MODELS_DIR = ROOT / "matrix" / "models"
@@ -252,7 +252,7 @@ def _ask_transformers(models: list[Model]) -> list[dict]:
 
 
 def bounds_problem(config: dict) -> str:
-    """What bench/spec/workloads.config_problem leaves to the loader ('' when nothing): a model
+    """What bench/cells/workloads.config_problem leaves to the loader ('' when nothing): a model
     without a vocabulary (the step's token sampler fails cryptically), or a rotary base or norm
     epsilon that is infinite (the step trains nothing: every output uniform)."""
     cfg = config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config

@@ -23,7 +23,7 @@ degree of 1 (or none) is no parallelism and passes. Torch-free.
 """
 from __future__ import annotations
 
-from bench.spec.trainconfig.recipe import Invalid
+from bench.cells.trainconfig.recipe import Invalid
 
 WHAT = {
     "tensor": "tensor parallelism (each linear layer's weight and activations split across the group, and the "

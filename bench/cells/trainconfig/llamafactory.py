@@ -1,11 +1,11 @@
 """LLaMA-Factory YAML configs (``model_name_or_path``, ``finetuning_type``, ``quantization_bit``,
 ``cutoff_len``, ``lora_rank``, ``lora_target``...) -> a Recipe. LLaMA-Factory loads the model in
 the compute dtype (``bf16: true`` -> 16-bit weights); its trainer keys are transformers'
-TrainingArguments (bench/spec/trainconfig/hf.training_args). Torch-free."""
+TrainingArguments (bench/cells/trainconfig/hf.training_args). Torch-free."""
 from __future__ import annotations
 
-from bench.spec.trainconfig.hf import rest, training_args
-from bench.spec.trainconfig.recipe import Recipe, _true, positive_int
+from bench.cells.trainconfig.hf import rest, training_args
+from bench.cells.trainconfig.recipe import Recipe, _true, positive_int
 
 
 def read(doc: dict, file: str) -> Recipe:

@@ -4,7 +4,7 @@ difficulty and cost, and the modes it runs in. DEFAULT_KNOBS are the knobs every
 from: the baseline is exactly these.
 
 Torch-free. How a combination of names becomes knobs, and which combinations the libraries
-refuse, is bench/spec/techniques.py.
+refuse, is bench/cells/techniques.py.
 """
 from __future__ import annotations
 

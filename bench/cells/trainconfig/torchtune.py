@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from bench.spec.trainconfig.hf import rest
-from bench.spec.trainconfig.recipe import Recipe, _true, positive_int
+from bench.cells.trainconfig.hf import rest
+from bench.cells.trainconfig.recipe import Recipe, _true, positive_int
 
 # builder family -> the Hub repository of its published config (matrix/models _source names)
 BUILDERS = {

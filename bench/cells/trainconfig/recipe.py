@@ -1,4 +1,4 @@
-"""What a training config asks for, in the catalogue's terms (bench/spec/techniques.py).
+"""What a training config asks for, in the catalogue's terms (bench/cells/techniques.py).
 
 Each format's reader (axolotl, llamafactory, torchtune, hf) fills one ``Recipe``: the model id
 as written, the technique slots (adapter, precision, optimizer, checkpointing, batching,
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bench.spec.techniques import lookup
+from bench.cells.techniques import lookup
 
 class Invalid(ValueError):
     """A memory-relevant setting whose value cannot be what the config means (a batch "four", a
@@ -73,7 +73,7 @@ class Recipe:
             self.optimizer = name
             self.took(key, value, name)
         else:
-            self.skip(key, value, "no such optimizer in the catalogue (bench/spec/techniques.py): answered with "
+            self.skip(key, value, "no such optimizer in the catalogue (bench/cells/techniques.py): answered with "
                                   "the recipe's default optimizer")
 
     def techniques(self) -> list[str]:
@@ -104,7 +104,7 @@ class Recipe:
             self.skip("processes", self.world, "data parallel without ZeRO or FSDP replicates the model: each rank "
                                                 "holds what one process does (DDP's gradient buckets not modelled); "
                                                 "answered per rank as one process")
-        from bench.spec.techniques import knobs
+        from bench.cells.techniques import knobs
         try:
             knobs(names)
         except ValueError as exc:
@@ -121,8 +121,8 @@ class Recipe:
         """The study's technique_options the config sets (LoRA's rank, alpha, dropout, targets)."""
         if not self.adapter or not self.lora:
             return {}
-        from bench.spec.matrix import DEFAULT_MATRIX
-        from bench.spec.matrixfile import SAFE_LOADER
+        from bench.cells.matrix import DEFAULT_MATRIX
+        from bench.cells.matrixfile import SAFE_LOADER
         import yaml
         base = yaml.load(DEFAULT_MATRIX.read_text(), Loader=SAFE_LOADER).get("technique_options", {}).get("lora", {})
         return {"lora": {**base, **self.lora}}
@@ -203,7 +203,7 @@ def ds_dist(doc, key: str, recipe: Recipe) -> None:
         path = Path(doc).expanduser()
         if not path.is_absolute():
             path = Path(recipe.file).parent / path
-        from bench.spec.trainconfig.reading import ReadError, read_text
+        from bench.cells.trainconfig.reading import ReadError, read_text
         try:
             cfg = json.loads(read_text(path, "DeepSpeed config"))
         except ReadError as exc:

@@ -18,7 +18,7 @@ Each format says the stage its own way:
 """
 from __future__ import annotations
 
-from bench.spec.trainconfig.recipe import Invalid
+from bench.cells.trainconfig.recipe import Invalid
 
 WHAT = {
     "dpo": "the rejected sequences beside the chosen ones, and a reference model's forward (the base with the "

@@ -3,8 +3,8 @@
 ``bf16: true|auto`` means 16-bit weights (the catalogue's ``bf16``). Torch-free."""
 from __future__ import annotations
 
-from bench.spec.trainconfig.hf import rest
-from bench.spec.trainconfig.recipe import Recipe, _true, autocast_for_sharded_qlora, ds_dist, fsdp_dist, positive_int
+from bench.cells.trainconfig.hf import rest
+from bench.cells.trainconfig.recipe import Recipe, _true, autocast_for_sharded_qlora, ds_dist, fsdp_dist, positive_int
 
 
 def read(doc: dict, file: str) -> Recipe:
