@@ -16,6 +16,12 @@ def test_round_size_is_the_caching_allocators(asked, counted):
     assert cuda_alloc.round_size(asked) == counted
 
 
+def test_the_tracker_and_the_replay_round_by_one_rule():
+    # one copy: the worker's tracker rounds with the replay's rule, not a twin of it
+    from bench.estimate import allocator, pools
+    assert cuda_alloc.round_size is pools.round_size is allocator.round_size
+
+
 def test_verdicts_come_from_the_modelled_reserved_memory_under_the_reserve():
     card = 24 * GiB
     assert verdicts.RESERVE_BYTES == 840 * MiB and "840 MiB" in verdicts.RULE
@@ -133,3 +139,11 @@ def test_model_states_are_read_where_they_peak_also_when_the_step_runs_in_backwa
     assert states_phase_of(usual) == "optimizer"
     in_backward = {**usual, "backward": {**usual["backward"], "gradients": 1}, "optimizer": dict(zero)}
     assert states_phase_of(in_backward) == "backward"  # opt-in-bwd: the optimizer phase is empty
+
+
+def test_the_replay_caps_each_gpu_by_the_verdicts_capacity():
+    # one copy of the capacity rule: the capped replay and the verdicts read verdicts.capacity
+    import inspect
+    from bench.estimate import replay
+    assert "verdicts.capacity(" in inspect.getsource(replay.model)
+    assert "blas_workspace_bytes" not in inspect.getsource(replay.model)

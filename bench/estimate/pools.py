@@ -23,7 +23,13 @@ STREAM_SHIFT = KEY_SHIFT + 52  # ... with the stream above both: (stream, size, 
 
 
 def round_size(nbytes: int) -> int:
-    return MIN_BLOCK if nbytes < MIN_BLOCK else -(-nbytes // MIN_BLOCK) * MIN_BLOCK
+    """Bytes the caching allocator counts as allocated for a request of ``nbytes``: at least
+    kMinBlockSize, a multiple of it; an empty request allocates nothing (CUDACachingAllocator's
+    ``allocate`` calls ``malloc`` only for a size above 0). The one copy of the rule: the worker's
+    tracker (bench/worker/cuda_alloc.py) and the allocator replay both read it here."""
+    if nbytes <= 0:
+        return 0
+    return -(-nbytes // MIN_BLOCK) * MIN_BLOCK
 
 
 def allocation_size(size: int) -> int:

@@ -201,8 +201,7 @@ def model(trace: dict, conf: str | None, gpus: dict, reserve_bytes: int, outside
     free, trace, steady_info = settled(trace, conf)
     outside = outside or {}
     first_oom, retries = {}, {}
-    caps = {g: p["memory_bytes"] - reserve_bytes - verdicts.blas_workspace_bytes(p) - outside.get(g, 0)
-            for g, p in gpus.items()}
+    caps = {g: verdicts.capacity(p, outside.get(g, 0), reserve_bytes) for g, p in gpus.items()}
     for gpu in gpus:
         cap = caps[gpu]
         if free["reserved_peak_bytes"] <= cap:

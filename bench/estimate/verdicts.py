@@ -91,11 +91,12 @@ BLAS_SIZES = (0, CUBLAS_WORKSPACE_SM90, CUBLAS_WORKSPACE_DEFAULT,
               BLAS_THREADS * CUBLAS_WORKSPACE_SM90, BLAS_THREADS * CUBLAS_WORKSPACE_DEFAULT)
 
 
-def capacity(profile: dict, outside: int = 0) -> int:
+def capacity(profile: dict, outside: int = 0, reserve: int = RESERVE_BYTES) -> int:
     """Bytes the step's traced allocations may reserve on this GPU: its memory less the reserve and
     cuBLAS's workspaces; ``outside``: more device memory held outside the allocator on this GPU (a
-    multi-GPU rank's NCCL buffers, bench/estimate/nccl.py)."""
-    return profile["memory_bytes"] - RESERVE_BYTES - blas_workspace_bytes(profile) - outside
+    multi-GPU rank's NCCL buffers, bench/estimate/nccl.py). The one copy of the rule: the verdicts
+    and the allocator replay's capped runs (bench/estimate/replay.py ``model``) both read it."""
+    return profile["memory_bytes"] - reserve - blas_workspace_bytes(profile) - outside
 
 
 def from_replay(model: dict, profiles: dict, outside: dict | None = None) -> dict[str, str]:

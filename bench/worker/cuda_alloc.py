@@ -21,11 +21,4 @@ from the cell's trace (bench/estimate/allocator.py); the verdicts come from its 
 """
 from __future__ import annotations
 
-MIN_BLOCK_BYTES = 512  # kMinBlockSize
-
-
-def round_size(nbytes: int) -> int:
-    """Bytes the caching allocator counts as allocated for a request of ``nbytes``."""
-    if nbytes <= 0:
-        return 0
-    return -(-nbytes // MIN_BLOCK_BYTES) * MIN_BLOCK_BYTES
+from bench.estimate.pools import MIN_BLOCK as MIN_BLOCK_BYTES, round_size  # noqa: F401  (the one copy of the rule)
