@@ -92,3 +92,14 @@ def test_paged_states_are_unified_memory_outside_the_allocator_replay(name, stat
     assert out["unified_peak_bytes"] == state_bytes * 512 * 512  # two states of the big weight only
     alone = replay.replay({**trace, "ops": [op if op != replay.UNIFIED_OP else "x" for op in trace["ops"]]})
     assert alone["allocated_peak_bytes"] - out["allocated_peak_bytes"] >= state_bytes * 512 * 512
+
+
+def test_which_states_are_paged_is_bitsandbytes_own_decision():
+    # Optimizer8bit.get_state_buffer: `if not self.is_paged or p.numel() < 1e5` keeps a plain tensor; the
+    # rule is asked of the library (its GPU branch), not copied: every reader goes through bnb_pages
+    import inspect
+    from bench.worker.sim import fakestep as fs
+    assert (optimizers.bnb_pages(99_999), optimizers.bnb_pages(100_000)) == (False, True)
+    assert "bnb_pages(" in inspect.getsource(optimizers.paged_state_tensors)
+    assert "bnb_pages(" in inspect.getsource(fs.FakeRun._paged_buffer)
+    assert not hasattr(optimizers, "BNB_PAGED_MIN_NUMEL")

@@ -2,6 +2,9 @@
 as they do by default on CUDA, so cpu, sim and cuda account the same temporaries."""
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 
 LR = 1e-5
@@ -40,9 +43,32 @@ def state_tensors(optimizer) -> list:
     return out + zero_buffers(optimizer, "optimizer")
 
 
-# bitsandbytes pages an optimizer state buffer (``get_state_buffer``) when the optimizer is paged
-# and the parameter has at least this many elements; smaller ones are ordinary torch tensors
-BNB_PAGED_MIN_NUMEL = 100_000
+@functools.lru_cache(maxsize=None)
+def bnb_pages(numel: int) -> bool:
+    """Whether a paged bitsandbytes optimizer keeps a state buffer of ``numel`` elements in CUDA
+    unified memory on a GPU. bitsandbytes' own ``Optimizer8bit.get_state_buffer`` decides: its
+    GPU branch, run on a fake CUDA parameter with ``get_paged`` swapped for a marker (on a CPU it
+    never pages, so the GPU's answer is asked for directly). The one copy of the rule is the
+    library's; the worker, sim's trace labels and the tests read it here."""
+    import bitsandbytes.functional as bnbf
+    from bitsandbytes.optim.optimizer import Optimizer8bit
+    from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    paged = object()
+
+    class _Asking:  # what get_state_buffer reads of the optimizer on its GPU branch
+        is_paged = True
+        page_mng = type("PageManager", (), {"paged_tensors": []})()
+
+    real = bnbf.get_paged, bnbf.fill
+    bnbf.get_paged, bnbf.fill = (lambda *shape, dtype=None, device=None: paged), (lambda *a, **k: None)
+    try:
+        with _disable_current_modes(), unset_fake_temporarily(), FakeTensorMode(allow_non_fake_inputs=True):
+            library = inspect.unwrap(Optimizer8bit.get_state_buffer)  # sim's label wrapper calls this
+            return library(_Asking(), torch.empty(numel, device="cuda")) is paged
+    finally:
+        bnbf.get_paged, bnbf.fill = real
 
 
 def paged_state_tensors(optimizer, paged: bool) -> list:
@@ -53,6 +79,6 @@ def paged_state_tensors(optimizer, paged: bool) -> list:
     if not paged:
         return []
     inner = getattr(optimizer, "optimizer", optimizer)
-    return [st[k] for p, st in inner.state.items() if p.numel() >= BNB_PAGED_MIN_NUMEL
+    return [st[k] for p, st in inner.state.items() if bnb_pages(p.numel())
             for k in ("state1", "state2") if isinstance(st.get(k), torch.Tensor)]
 

@@ -149,17 +149,18 @@ class FakeRun:
         return self._stack.__exit__(*exc)
 
     def _paged_buffer(self, get_state_buffer):
-        """bitsandbytes' ``get_state_buffer`` as on a GPU: a paged optimizer's state of 1e5 or
-        more elements is allocated by ``get_paged`` in CUDA unified memory (its cpu fallback
+        """bitsandbytes' ``get_state_buffer`` as on a GPU: a paged optimizer's state that
+        bitsandbytes pages (``optimizers.bnb_pages``) is allocated by ``get_paged`` in CUDA unified memory (its cpu fallback
         allocates the same bytes in place); the trace names that allocation so, and the
         allocator replay keeps it outside the caching allocator (bench/estimate/replay.py UNIFIED_OP)."""
         tracker = self.tracker
 
         def paged(opt, p, dtype=torch.float32):
             buf = get_state_buffer(opt, p, dtype=dtype)
-            if opt.is_paged and p.numel() >= optimizers.BNB_PAGED_MIN_NUMEL:
+            if opt.is_paged and optimizers.bnb_pages(p.numel()):
                 tracker.label(buf, replay.UNIFIED_OP)
             return buf
+        paged.__wrapped__ = get_state_buffer
         return paged
 
     def _swap_tensors(self, t1, t2):
