@@ -15,6 +15,11 @@ DIFFICULTIES = ("low", "medium", "high")   # easiest first: the order the report
 WORKLOAD_KNOBS = ("batch_size", "seq_len")  # knobs that change the workload itself, not how it runs
 
 # The defaults every cell starts from: the baseline is exactly these.
+# A LoRA cell's options where its matrix says nothing (``technique_options.lora`` overrides any key):
+# peft's LoraConfig with rank 8, alpha 16, no dropout, on the attention projections. The one copy:
+# the matrix loader fills every LoRA cell's spec from it, and the worker and the corpus read it here.
+LORA_DEFAULTS = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+
 DEFAULT_KNOBS = {
     "precision": "fp32",        # fp32 | amp-fp16 | amp-bf16 | bf16 (pure)
     "gc": False,                # activation (gradient) checkpointing

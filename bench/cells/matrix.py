@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 
 from bench import home
-from bench.cells import inputs, modelref
+from bench.cells import catalogue, inputs, modelref
 from bench.cells import techniques as tech
 from bench.cells import workloads
 from bench.cells.matrixfile import SCHEMA, MatrixError, check_schema, load_gpus, read_json, read_yaml
@@ -191,7 +191,8 @@ def _expand(path, doc, study, body, models, gpus, digests):
                               f"{value} is not a finite number (limit {tech.MAXIMUMS.get(key, 'finite')})")
     ctx = {"path": path, "where": where, "mode": mode, "shape": shape, "gpus": gpus, "study_gpus": body["gpus"],
            "models": models, "published": _published(path, where, body.get("published", {})),
-           "options": {k: {**doc.get("technique_options", {}).get(k, {}), **v}
+           "options": {k: {**(catalogue.LORA_DEFAULTS if k == "lora" else {}),
+                           **doc.get("technique_options", {}).get(k, {}), **v}
                        for k, v in {"lora": {}, **body.get("technique_options", {})}.items()},
            "ds_dir": _resolved(path, path.parent / doc.get("deepspeed_dir", "deepspeed"), "deepspeed_dir"),
            "digests": digests, "one_rank": body.get("ranks") == "rank0"}

@@ -33,11 +33,18 @@ from pathlib import Path
 import yaml
 
 from bench.corpus import published
+from bench.cells import catalogue
 from bench.cells import techniques as tech
 
 ROOT = published.ROOT
 DEFAULT_OUT = ROOT / "matrix" / "published.yaml"
 
+
+
+def _matrix_lora(name: str) -> dict:
+    """A matrix file's top-level LoRA options over the defaults, as its cells hold them: one copy of them."""
+    doc = yaml.safe_load((ROOT / "matrix" / name).read_text())
+    return {**catalogue.LORA_DEFAULTS, **doc.get("technique_options", {}).get("lora", {})}
 
 
 def _study_lora(study: str) -> dict:
@@ -63,12 +70,11 @@ LORA_OPTIONS: dict[str, dict] = {
     # held out: rsLoRA changes only the adapter's scaling, so its row shares the rank-64 cell
     "peftmc-lora-r64-rslora": {"r": 64, "target_modules": ["q_proj", "v_proj"], "adapter_dtype": "fp32"},
     # our own H200 runs: matrix/cuda-h200.yaml's technique_options
-    "h200-": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+    "h200-": _matrix_lora("cuda-h200.yaml"),
     # our own H200 FSDP1 rank runs: matrix/cuda-h200-fsdp1.yaml's technique_options (fms-acceleration's)
-    "own-h200-fsdp1-": {"r": 16, "alpha": 16, "dropout": 0.1, "adapter_dtype": "fp32",
-                        "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
-    # ft-membench measure's rows: the fit command's LoRA settings (matrix/default.yaml technique_options)
-    "own-": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+    "own-h200-fsdp1-": _matrix_lora("cuda-h200-fsdp1.yaml"),
+    # ft-membench measure's rows: the fit command's LoRA settings (bench/cells/catalogue.py LORA_DEFAULTS)
+    "own-": dict(catalogue.LORA_DEFAULTS),
     # peft docs/source/accelerate/{deepspeed,fsdp}.md launch commands (read at 09802c1b): --lora_r 8 --lora_alpha 16
     # --lora_dropout 0.1 --lora_target_modules "all-linear" (the rows' lora-all)
     "peft-ds-z3-lora-llama2-70b": {"r": 8, "alpha": 16, "dropout": 0.1},

@@ -204,7 +204,8 @@ def add_lora(model, options: dict, knobs: dict):
     fp32 (peft's default, which upcasts the adapters) or bf16 (torchtune's: the whole model,
     adapters included, in bf16)."""
     import peft
-    opts = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"], **options}
+    from bench.cells.catalogue import LORA_DEFAULTS
+    opts = {**LORA_DEFAULTS, **options}  # a spec from the matrix holds them all already
     targets = "all-linear" if knobs["lora_targets"] == "all-linear" else opts["target_modules"]
     config = peft.LoraConfig(r=opts["r"], lora_alpha=opts["alpha"], lora_dropout=opts["dropout"],
                              target_modules=targets, use_dora=knobs["dora"], task_type="CAUSAL_LM")
