@@ -57,7 +57,7 @@ def engine_digest(root=None) -> str:
     return h.hexdigest()[:16]
 
 
-# -- what the worker read (issue 25) -------------------------------------------------------
+# -- what the worker read --------------------------------------------------------------
 
 class InputsChanged(RuntimeError):
     """A file the cell is built from is not what the matrix digested: the record would claim

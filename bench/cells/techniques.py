@@ -21,7 +21,7 @@ from bench.cells.catalogue import CATALOG, DEFAULT_KNOBS, Technique
 # A causal LM predicts token t+1 from token t: one token leaves no target, and its loss is
 # NaN (an ok-looking step that trains nothing), so a sequence needs two.
 MINIMUMS = {"batch_size": 1, "seq_len": 2, "steps": 1, "warmup_steps": 1, "accum": 1, "world_size": 1}
-# The largest: what one cell may ask for before anything runs (issue 25: w10000 would start 10000
+# The largest: what one cell may ask for before anything runs (w10000 would start 10000
 # ranks; s1000000000 allocated 15 GiB of real memory before the budget acted). Far above any
 # study here (world size 8, sequences of 128k tokens), far below what would take the machine down.
 MAXIMUMS = {"batch_size": 1 << 16, "seq_len": 1 << 20, "steps": 10_000, "warmup_steps": 10_000, "accum": 1 << 16,
@@ -132,7 +132,7 @@ def _order(name: str) -> tuple:
 
 
 def canonical(combo: str, known=()) -> str:
-    """The one spelling of a combination (issue 37: ``fsdp+qlora+gc+w2`` and ``qlora+fsdp+gc+w2``
+    """The one spelling of a combination (``fsdp+qlora+gc+w2`` and ``qlora+fsdp+gc+w2``
     are one recipe, one cell): the spelling in ``known`` (e.g. the default matrix's, whose stored
     records and cell ids use it) with the same set of techniques, else the techniques in
     ``_order``'s order. A technique written twice is kept twice (``knobs`` refuses it)."""

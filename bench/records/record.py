@@ -49,7 +49,7 @@ from __future__ import annotations
 
 
 
-RECORD_VERSION = 2  # 2: the loss is part of an ok training record (issue 25); 1: records without the key
+RECORD_VERSION = 2  # 2: the loss is part of an ok training record; 1: records without the key
 
 STATUSES = ("ok", "oom", "error", "timeout", "skipped")
 MODES = ("cpu", "cuda", "sim")

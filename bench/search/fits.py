@@ -89,7 +89,7 @@ def _largest(peak_at, n: int, caps: dict[str, int]) -> dict[str, tuple]:
         try:
             out[gpu] = _bisect(at, seen, n, cap)
         except SearchError:
-            # issue 37: a bracket found is the answer ("at least 11264, below 12288"), never nothing
+            # a bracket found is the answer ("at least 11264, below 12288"), never nothing
             lo = max((k for k, p in seen.items() if p <= cap), default=None)
             hi = min((k for k, p in seen.items() if p > cap and (lo is None or k > lo)), default=None)
             if lo is None or hi is None:

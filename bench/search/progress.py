@@ -8,7 +8,7 @@ The estimate is the mean time of the simulations done so far times the number st
 ``plan(n)`` raises the planned total when more turn out to be needed (a search whose
 interpolation check failed simulates more shapes); ``plan(n, at_most=True)`` where the count is a
 budget, not a plan (an exact search bisects until it is done, at most its budget): the lines then
-say "of at most n", never "n/n ... the last one" followed by "n+1/n+1" (issue 37).
+say "of at most n", never "n/n ... the last one" followed by "n+1/n+1".
 """
 from __future__ import annotations
 

@@ -149,7 +149,7 @@ def run(spec: dict) -> dict:
         import importlib.util
         if importlib.util.find_spec("flash_attn") is None:
             raise Skip("flash-attn is not installed (pip install 'ft-membench[gpu]' on a CUDA machine)")
-    if spec["knobs"].get("workload", "train") != "train":  # generation, vLLM (issue 14)
+    if spec["knobs"].get("workload", "train") != "train":  # generation, vLLM
         from bench.worker import inference
         return inference.run(spec)
     import torch
