@@ -298,3 +298,17 @@ def test_inputs_digest_changes_for_exactly_the_cells_whose_inputs_changed(matrix
 
     matrix_file(studies, **{**top, "technique_options": {"lora": {"r": 16}}})
     assert changed() == {f"{m}__{g}__lora" for m in "ab" for g in ("cpu-small", "cpu-big")}
+
+
+def test_a_lora_cell_holds_the_one_copy_of_the_default_options(matrix_file):
+    # catalogue.LORA_DEFAULTS is filled into every LoRA cell's spec; a matrix's technique_options override keys
+    import inspect
+    from bench.cells import catalogue
+    from bench.worker import models
+    plain = matrix.load(matrix_file({"c": dict(STUDY, techniques=["lora"])}))
+    assert plain["tiny-llama__cpu__lora"]["options"]["lora"] == catalogue.LORA_DEFAULTS
+    ranked = matrix.load(matrix_file({"c": dict(STUDY, techniques=["lora"])}, technique_options={"lora": {"r": 16}}))
+    assert ranked["tiny-llama__cpu__lora"]["options"]["lora"] == {**catalogue.LORA_DEFAULTS, "r": 16}
+    # the worker and the corpus read it, never a literal of their own
+    assert "LORA_DEFAULTS" in inspect.getsource(models.add_lora) and "q_proj" not in inspect.getsource(models.add_lora)
+    assert "lora" not in yaml.safe_load(matrix.DEFAULT_MATRIX.read_text()).get("technique_options", {})

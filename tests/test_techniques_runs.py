@@ -112,7 +112,7 @@ def test_adafactor_and_sgd_keep_less_optimizer_state(recs):
 def test_lora_trains_a_small_fraction_through_adapters(recs):
     rec = ok(recs, "lora")
     assert rec["params_trainable"] / rec["params_total"] < 0.01 and d(recs, "baseline")["trainable_fraction"] == 1
-    assert d(recs, "lora")["lora_modules"] == 2 * LAYERS                 # q_proj, v_proj by default
+    assert d(recs, "lora")["lora_modules"] == 4 * LAYERS  # q, k, v and o projections: catalogue.LORA_DEFAULTS
     assert bd(recs, "lora")["optimizer"] < 0.01 * bd(recs, "baseline")["optimizer"]
 
 
