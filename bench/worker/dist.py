@@ -125,7 +125,7 @@ def wrap_fsdp(model, device, offload: bool = False, mesh=None, param_dtype=None)
     return model
 
 
-def wrap_fsdp1(model, device, param_dtype=None, quant_storage=None):
+def wrap_fsdp1(model, device, param_dtype=None, quant_storage=None, layers_only=False):
     """FSDP1 (``FullyShardedDataParallel``) as accelerate's FSDP plugin wraps a model with the answers
     ``accelerate config`` suggests: FULL_SHARD, each decoder layer its own unit and the rest in the
     root (TRANSFORMER_BASED_WRAP over the layers' class), ``use_orig_params``, BACKWARD_PRE prefetch,
@@ -135,7 +135,10 @@ def wrap_fsdp1(model, device, param_dtype=None, quant_storage=None):
     ``fsdp_auto_wrap_policy`` (each adapter Linear its own unit beside the decoder layers: FSDP1
     flattens one dtype per unit) and, for QLoRA's 4-bit weights packed in a float ``quant_storage``,
     mixed precision in that dtype. The process group is the default one (gloo or NCCL here; sim's
-    fake group)."""
+    fake group). ``layers_only`` (wrap-layers): the decoder layers are the only units whatever the model,
+    as Lightning Fabric's ``FSDPStrategy(auto_wrap_policy={Block})`` wraps it: a peft model's adapters
+    then share their layer's flat parameter (one dtype per unit: adapters in another dtype fail as
+    FSDP1 fails)."""
     from torch.distributed.fsdp import BackwardPrefetch, MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
@@ -143,7 +146,7 @@ def wrap_fsdp1(model, device, param_dtype=None, quant_storage=None):
         ensure_rank_env()
         torch.distributed.init_process_group("nccl" if torch.device(device).type == "cuda" else "gloo")
     policy = ModuleWrapPolicy({type(layer) for layer in decoder_layers(model)})
-    if hasattr(model, "peft_config"):
+    if hasattr(model, "peft_config") and not layers_only:
         from peft.utils.other import fsdp_auto_wrap_policy
         policy = fsdp_auto_wrap_policy(model)
         if quant_storage is not None and quant_storage.is_floating_point:
@@ -165,6 +168,19 @@ def fsdp1_unsharded_tensors(model) -> list:
         flat = getattr(handle, "flat_param", None)
         for name in ("_full_param_padded", "_mp_shard", "_full_prec_full_param_padded"):
             t = getattr(flat, name, None)
+            if t is not None:
+                out.append(t)
+    return out
+
+
+def fsdp1_flat_gradients(model) -> list:
+    """FSDP1's flat gradients: a unit's unsharded ``flat_param.grad`` (kept between the micro-batches of
+    a step under ``no_sync``) and its saved gradient shard; none for another model."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    out = []
+    for unit in FSDP.fsdp_modules(model):
+        flat = getattr(getattr(unit, "_handle", None), "flat_param", None)
+        for t in (getattr(flat, "grad", None), getattr(flat, "_saved_grad_shard", None)):
             if t is not None:
                 out.append(t)
     return out
@@ -253,6 +269,7 @@ def gradient_tensors(model, optimizer) -> list:
     """Gradients wherever they live: ``.grad`` of model and optimizer parameters, and the
     flat gradient partitions a ZeRO optimizer keeps."""
     out = [p.grad for p in model.parameters() if p.grad is not None]
+    out += fsdp1_flat_gradients(model)
     inner = getattr(optimizer, "optimizer", optimizer)
     for group in inner.param_groups:
         out += [p.grad for p in group["params"] if p.grad is not None]

@@ -74,7 +74,8 @@ class Session:
             self.optimizer = self._optimizer(knobs)
         elif knobs["dist"] == "fsdp1":  # flat parameters: the optimizer is made again over them
             self.model = dist.wrap_fsdp1(self.model, device, param_dtype=AUTOCAST.get(knobs["precision"]),
-                                         quant_storage=models.quant_storage(knobs) if knobs["adapter"] == "qlora" else None)
+                                         quant_storage=models.quant_storage(knobs) if knobs["adapter"] == "qlora" else None,
+                                         layers_only=knobs["fsdp1_wrap"] == "layers")
             self.optimizer = self._optimizer(knobs)
         elif knobs["dist"]:
             self.engine, self.optimizer = dist.wrap_deepspeed(
@@ -163,7 +164,13 @@ class Session:
     def step(self, batch: dict) -> None:
         micros = data.split(batch, self.accum)
         for i, micro in enumerate(micros):
-            self.forward_backward(micro)
+            # no-sync: FSDP1 keeps each unit's unsharded gradient until the step's last micro-batch reduces it
+            # (sim's one-process step beside the rank's has no FSDP1 to ask)
+            skip_sync = self.spec["knobs"]["no_sync"] and self.spec["knobs"]["dist"] == "fsdp1" and i < len(micros) - 1
+            with self.model.no_sync() if skip_sync else contextlib.nullcontext():
+                self.forward_backward(micro)
+            if skip_sync:  # the unsharded gradients it keeps are gradients, not the backward's temporaries
+                self.tracker.mark("gradients", dist.gradient_tensors(self.model, self.optimizer))
             if self.engine and i < len(micros) - 1:
                 self.engine.step()  # DeepSpeed counts micro-batches itself; it steps at the boundary
         self.optimizer_step()
