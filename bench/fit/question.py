@@ -68,6 +68,8 @@ def question(model: str | None, config: str | None, fmt: str | None, techniques:
         options = recipe.options()
         seq = seq or recipe.seq
         batch = batch or recipe.batch
+        if recipe.micro_batches > 1 and techniques == ["+".join(recipe.techniques())]:
+            batch = (batch or 1) * recipe.micro_batches  # ga<N> splits the cell's batch into N micro-batches
     asked = model or (recipe.model if recipe else None)
     if not asked:
         raise Usage(f"--config {config}: names no model (give MODEL)" if config else "MODEL or --config is needed")

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from bench.cells.trainconfig.hf import rest
-from bench.cells.trainconfig.recipe import Recipe, _true, autocast_for_sharded_qlora, ds_dist, fsdp_dist, positive_int
+from bench.cells.trainconfig.recipe import (Recipe, _true, accumulation, autocast_for_sharded_qlora, ds_dist, fsdp_dist,
+                                           positive_int)
 
 
 def read(doc: dict, file: str) -> Recipe:
@@ -73,8 +74,7 @@ def read(doc: dict, file: str) -> Recipe:
         else:
             fsdp_dist(doc, "fsdp" if doc.get("fsdp") else "fsdp_config", r)
             autocast_for_sharded_qlora(r, "bf16")
-    if take("gradient_accumulation_steps") is not None:
-        r.skip("gradient_accumulation_steps", doc["gradient_accumulation_steps"],
-               "accumulation repeats the micro-batch's step: the peak is micro_batch_size's")
+    if take("gradient_accumulation_steps") is not None:  # axolotl trains with the HF Trainer
+        accumulation(r, "gradient_accumulation_steps", doc["gradient_accumulation_steps"])
     rest(doc, used, r)
     return r

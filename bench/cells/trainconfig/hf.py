@@ -15,7 +15,8 @@ either way fp32 extras unless a TRL 1.x config loads in 16 bits (``qlora-fp32`` 
 """
 from __future__ import annotations
 
-from bench.cells.trainconfig.recipe import Recipe, _true, autocast_for_sharded_qlora, ds_dist, fsdp_dist, positive_int
+from bench.cells.trainconfig.recipe import (Recipe, _true, accumulation, autocast_for_sharded_qlora, ds_dist, fsdp_dist,
+                                           positive_int, sync_each_batch)
 
 def training_args(doc: dict, r: Recipe, weights_16bit: bool) -> set[str]:
     """Read the shared TrainingArguments keys into ``r``; the keys it consumed."""
@@ -47,10 +48,8 @@ def training_args(doc: dict, r: Recipe, weights_16bit: bool) -> set[str]:
         fsdp_dist(doc, "fsdp", r)
         used |= {"fsdp", "fsdp_config"} if isinstance(doc.get("fsdp_config"), dict) else {"fsdp"}
     if "gradient_accumulation_steps" in doc:
-        r.skip("gradient_accumulation_steps", doc["gradient_accumulation_steps"],
-               "accumulation repeats the micro-batch's step: the peak is the stated per-device batch's (the "
-               "gradients it sums are held either way)")
-        used.add("gradient_accumulation_steps")
+        accumulation(r, "gradient_accumulation_steps", doc["gradient_accumulation_steps"], sync_each_batch(doc))
+        used |= {"gradient_accumulation_steps"} | ({"accelerator_config"} if sync_each_batch(doc) is not None else set())
     return used
 
 

@@ -53,6 +53,7 @@ class Recipe:
     batch: int | None = None
     seq: int | None = None
     extra: list[str] = field(default_factory=list)  # other catalogue names: eager, chunked-ce, act-offload, compile
+    micro_batches: int = 1              # a step's micro-batches as simulated (no-sync+ga<N>; see accumulation())
     lora: dict = field(default_factory=dict)   # technique_options.lora: r, alpha, dropout, target_modules
     # how the trainer draws batches (fit --dataset): seed, sampling, padding_free, pad_to_multiple_of
     epoch: dict = field(default_factory=dict)
@@ -96,6 +97,8 @@ class Recipe:
         if self.packing:
             names.append("packing")
         names += [n for n in self.extra if n not in names]
+        if self.micro_batches > 1:
+            names += ["no-sync", f"ga{self.micro_batches}"]
         if self.dist:
             names.append(self.dist)
             if self.world and self.world > 1:
@@ -180,6 +183,51 @@ def fsdp_dist(doc: dict, key: str, recipe: Recipe) -> None:
     recipe.dist = "fsdp" if two else "fsdp1"
     recipe.took(key, doc.get(key) or f"({key})", "fsdp (FSDP2: version 2)" if two
                 else "fsdp1 (FSDP1: accelerate's default fsdp_version 1)")
+
+
+# A step's micro-batches after the third add only their token tensors under no_sync: the first allocates the
+# unsharded gradients, the second accumulates into them, the last reduces them (tests/test_sim_nosync.py)
+NO_SYNC_MICRO_BATCHES = 3
+
+
+def accumulation(recipe: Recipe, key: str, value, sync_each_batch=None) -> None:
+    """``gradient_accumulation_steps`` as the HF Trainer runs it (axolotl, TRL and LLaMA-Factory too):
+    accelerate's ``accumulate()`` runs every micro-batch but a step's last without the gradient sync
+    (``Accelerator.no_sync``: FSDP1's ``no_sync``, FSDP2's ``set_requires_gradient_sync(False)``), unless
+    ``accelerator_config.gradient_accumulation_kwargs.sync_each_batch`` is true. Under DeepSpeed, or one
+    process, accumulation repeats the micro-batch's step. Call it once the sharding engine is read."""
+    steps = positive_int(recipe, key, value)
+    if not steps or steps == 1 or recipe.dist not in ("fsdp1", "fsdp") or _true(sync_each_batch):
+        why = ("each micro-batch's gradients are reduced (sync_each_batch): the peak is the per-device batch's"
+               if steps and steps > 1 and recipe.dist in ("fsdp1", "fsdp") else
+               "accumulation repeats the micro-batch's step: the peak is the stated per-device batch's (the "
+               "gradients it sums are held either way)")
+        recipe.skip(key, value, why)
+        return
+    if recipe.dist == "fsdp":
+        raise Invalid(key, value, "under FSDP2 accelerate's accumulate() turns the gradient sync off between "
+                      "micro-batches (set_requires_gradient_sync(False)), so every rank keeps the unsharded gradients; "
+                      "ft-membench simulates that for FSDP1 only (no-sync): ask with fsdp_version 1, or with "
+                      "accelerator_config.gradient_accumulation_kwargs.sync_each_batch: true, or without accumulation")
+    recipe.micro_batches = min(steps, NO_SYNC_MICRO_BATCHES)
+    recipe.took(key, value, f"no-sync+ga{recipe.micro_batches}: accelerate's accumulate() runs every micro-batch but a "
+                "step's last inside FSDP1's no_sync, which keeps the unsharded gradients; "
+                + (f"{steps} micro-batches answered as {recipe.micro_batches} (the others add only their tokens); "
+                   if steps > recipe.micro_batches else "")
+                + "the batch is the per-device batch times the micro-batches")
+
+
+def sync_each_batch(doc: dict):
+    """transformers' ``accelerator_config.gradient_accumulation_kwargs.sync_each_batch`` (a dict, or its JSON)."""
+    import json
+    cfg = doc.get("accelerator_config")
+    if isinstance(cfg, str):
+        try:
+            cfg = json.loads(cfg)
+        except ValueError:
+            return None
+    kwargs = cfg.get("gradient_accumulation_kwargs") if isinstance(cfg, dict) else None
+    return kwargs.get("sync_each_batch") if isinstance(kwargs, dict) else None
 
 
 def autocast_for_sharded_qlora(recipe: Recipe, key: str) -> None:
