@@ -92,3 +92,14 @@ def test_a_bracketed_search_names_the_shape_known_not_to_fit():
     [h] = tofit.next_step(base, "rtx-4090", 23 * GiB)
     assert h["change"] == ("context 12288 tokens at batch 1 does not fit; 11264 does; between them not searched "
                            "(the search's budget ran out)")
+
+
+def test_accumulation_under_fsdp_names_what_its_need_leaves_out():
+    """The HF Trainer's accelerate runs no_sync between micro-batches: under FSDP the smaller-batch hint's
+    need holds only with sync_each_batch=True, and says so; a one-GPU recipe's hint has no such caveat."""
+    fit = {"max_batch_at_seq": 1, "peak_at_max_batch_bytes": 15 * GiB}
+    for technique, caveat in (("lora+fsdp1+gc+w2", True), ("fsdp+bf16+gc+w4", True), ("lora+gc", False),
+                              ("lora+fsdp1+no-sync+ga2+w2", False)):
+        base = {**_line(technique, "oom", 30), "fit": fit}
+        (hint,) = tofit.shape_hints(base, "rtx-4090", 24 * GiB)
+        assert ("sync_each_batch=True" in hint["change"]) is caveat, (technique, hint["change"])

@@ -141,15 +141,26 @@ def _with_also(cost: str, also: str | None, step, base_step) -> str:
     return f"{cost}; also changes {also}, which the modelled step time counts"
 
 
+def _accumulation_caveat(technique: str) -> str:
+    """What accumulation needs under FSDP to hold the need shown: the HF Trainer's accelerate skips the
+    gradient sync between micro-batches (no_sync), keeping the unsharded gradients the hint's need leaves out."""
+    names = set(technique.split("+"))
+    if not names & {"fsdp", "fsdp-offload", "fsdp1"} or "no-sync" in names:
+        return ""
+    return ("; under FSDP with the HF Trainer set accelerate's sync_each_batch=True, or its no_sync keeps every "
+            "unit's unsharded gradient between micro-batches (no-sync), which this need leaves out")
+
+
 def shape_hints(base: dict, gpu: str, cap: int) -> list[dict]:
     """Smaller batch / shorter context, from the asked recipe's own search (no new simulation)."""
     row, rec = base.get("fit") or {}, base.get("record") or {}
     out = []
+    caveat = _accumulation_caveat(base["technique"])
     batch, seq = rec.get("batch_size") or 1, rec.get("seq_len") or 0
     top_b = _int(row.get("max_batch_at_seq"))
     if top_b and top_b < batch:
         accum = -(-batch // top_b)
-        out.append({"kind": "to-fit", "change": f"batch {batch} -> {top_b} (ga{accum} keeps the effective batch)",
+        out.append({"kind": "to-fit", "change": f"batch {batch} -> {top_b} (ga{accum} keeps the effective batch{caveat})",
                     "technique": base["technique"], "verdict": "fits", "fits": True,
                     "need_bytes": _plus(row.get("peak_at_max_batch_bytes"), _outside(base, gpu)),
                     "headroom_bytes": cap - _int(row["peak_at_max_batch_bytes"]) if row.get("peak_at_max_batch_bytes")
@@ -162,7 +173,7 @@ def shape_hints(base: dict, gpu: str, cap: int) -> list[dict]:
     elif top_s and (top_s < seq or batch > 1):
         # a context that grows at batch 1 (4096 -> 7424) is longer, never "shorter samples"
         what, cost = (f"context {seq} -> {top_s} tokens at batch 1", "shorter samples (truncated or split)") \
-            if top_s < seq else (f"batch {batch} -> 1 (ga{batch} keeps the effective batch), which also takes contexts "
+            if top_s < seq else (f"batch {batch} -> 1 (ga{batch} keeps the effective batch{caveat}), which also takes contexts "
                                  f"up to {top_s} tokens", f"{1 / batch:.0%} of the tokens per step at {seq} tokens")
         out.append({"kind": "to-fit", "change": what, "technique": base["technique"],
                     "verdict": "fits", "fits": True, "need_bytes": _plus(row.get("peak_at_max_seq_bytes"), _outside(base, gpu)),
