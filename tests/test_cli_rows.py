@@ -86,7 +86,7 @@ def test_an_fp32_recipe_that_does_not_fit_says_its_weights_are_fp32():
 
 def test_need_is_the_reports_need_and_says_what_it_includes():
     """The CLI printed the modelled reserved peak, the report that plus the 840 MiB
-    reserve: one figure now (bench/measures.need_bytes), named in the legend."""
+    reserve: one figure now (bench/estimate/measures.need_bytes), named in the legend."""
     from report import lookup, table
     cell, gpu = "qwen2.5-7b__sim__lora+gc+bf16", "rtx-4090"
     rec = rec_of(cell)
