@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench import cli_format
 from bench.estimate import speedcv, verdicts
-from bench.estimate.measures import need_bytes, nccl_bytes
+from bench.estimate.measures import beside_bytes, need_bytes, nccl_bytes
 from bench.fit.stored import ROOT
 from bench.search import fits_csv
 
@@ -44,7 +44,9 @@ def tight_line(rec: dict, need, profile: dict, gpu: str | None = None) -> str | 
         return None
     details = rec.get("details") or {}
     nccl = nccl_bytes(details, gpu) if gpu else 0
-    card, reserve = profile["memory_bytes"], verdicts.RESERVE_BYTES + verdicts.blas_workspace_bytes(profile) + nccl
+    # beside the replay: the record's own cuBLAS workspaces and NCCL buffers for this GPU (the profile's rule without one)
+    beside = beside_bytes(details, gpu) if gpu else verdicts.blas_workspace_bytes(profile)
+    card, reserve = profile["memory_bytes"], verdicts.RESERVE_BYTES + beside
     nccl_said = (", cuBLAS's workspaces and NCCL's buffers" if nccl else " and cuBLAS's workspaces")
     return (f"tight: the step's allocations fit ({(alloc + reserve) / GiB:.2f} GiB with the CUDA reserve{nccl_said}, of "
             f"{card / GiB:.2f}); the allocator's modelled cache does not (need {need / GiB:.2f} GiB, "
