@@ -1,13 +1,12 @@
 """``gradient_accumulation_steps`` as the HF Trainer runs it under FSDP: accelerate's accumulate() skips the
 gradient sync on every micro-batch but a step's last (``Accelerator.no_sync``), unless
 ``accelerator_config.gradient_accumulation_kwargs.sync_each_batch`` is set. Under FSDP1 a config is answered
-with ``no-sync+ga<N>``; under FSDP2, which ft-membench does not simulate that way, it is refused naming the key."""
+with ``no-sync+ga<N>``, under FSDP1 and FSDP2 alike."""
 import json
 
 import pytest
 
 from bench.cells import trainconfig
-from bench.cells.trainconfig.recipe import Invalid
 from bench.fit.question import question
 
 BASE = {"model_name_or_path": "Qwen/Qwen2.5-7B", "per_device_train_batch_size": 2, "max_length": 2048,
@@ -46,10 +45,11 @@ def test_sync_each_batch_and_deepspeed_answer_the_micro_batch(tmp_path):
     assert question(None, _config(tmp_path, gradient_accumulation_steps=4, fsdp=""), "trl", None, None, None).batch == 2
 
 
-def test_fsdp2_accumulation_is_refused_naming_the_key(tmp_path):
+def test_fsdp2_accumulation_is_answered_without_the_sync(tmp_path):
     path = _config(tmp_path, gradient_accumulation_steps=4, fsdp_config={"fsdp_version": 2})
-    with pytest.raises((Invalid, trainconfig.ConfigError), match="gradient_accumulation_steps.*FSDP2"):
-        trainconfig.read(path, "trl")
+    recipe = trainconfig.read(path, "trl")
+    assert {"fsdp", "no-sync", "ga3"} <= set(recipe.techniques())
+    assert "set_requires_gradient_sync(False)" in _mapped(recipe, "gradient_accumulation_steps")["as"]
 
 
 def test_axolotl_runs_the_hf_trainer_and_accumulates_the_same_way(tmp_path):

@@ -44,7 +44,7 @@ DEFAULT_KNOBS = {
     "kbit_extras": "bf16",      # QLoRA's non-quantized weights: bf16 (torchtune, Unsloth, LLaMA-Factory) | fp32 (peft)
     "keep_output": False,       # the loop keeps the model's output (its logits) until the optimizer step (keep-output)
     "double_quant": True,       # QLoRA's NF4 absmax quantized again (bnb_4bit_use_double_quant): True | False (nf4-no-dq)
-    "no_sync": False,           # FSDP1: every micro-batch but a step's last runs inside no_sync (no-sync)
+    "no_sync": False,           # FSDP: every micro-batch but a step's last runs without the gradient sync (no-sync)
     "fsdp1_wrap": "accelerate", # FSDP1's units: accelerate (peft's policy for a peft model) | layers (decoder layers only)
     # workloads beyond the training step: generation and a vLLM engine's plan
     "workload": "train",        # train | generate | vllm
@@ -237,10 +237,10 @@ CATALOG: dict[str, Technique] = dict([
        saves="parameters, gradients, optimizer", expected="all model states / N per GPU, plus a gathered unit and the next",
        difficulty="medium", overhead="communication", defaults={"optimizer": "adamw"}),
     _t("no-sync", {"no_sync": True},
-       "gradient accumulation under FSDP1's no_sync: every micro-batch of a step but the last skips the "
-       "reduce-scatter and keeps each unit's unsharded gradient (accelerate's accumulate() and the HF Trainer by "
-       "default, Lightning Fabric's no_backward_sync); without it each micro-batch's gradients are reduced "
-       "(accelerate's sync_each_batch=True)",
+       "gradient accumulation without the gradient sync (FSDP1's no_sync, FSDP2's set_requires_gradient_sync(False)): "
+       "every micro-batch of a step but the last skips the reduce-scatter and keeps each unit's unsharded gradient "
+       "(accelerate's accumulate() and the HF Trainer by default, Lightning Fabric's no_backward_sync); without it "
+       "each micro-batch's gradients are reduced (accelerate's sync_each_batch=True)",
        saves="-", expected="costs the unsharded gradients of every unit that trains (accelerate: "
        "sync_each_batch=True saves them)", difficulty="low", overhead="less communication"),
     _t("wrap-layers", {"fsdp1_wrap": "layers"},

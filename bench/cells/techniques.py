@@ -226,8 +226,9 @@ RULES = [
      "dora and lora-all change the adapters: combine them with lora or qlora"),
     (lambda k, n: k["opt_in_bwd"] and k["dist"] in ZERO,
      "DeepSpeed owns the optimizer step: it cannot run inside backward per parameter"),
-    (lambda k, n: k["no_sync"] and k["dist"] != "fsdp1",
-     "no-sync is FSDP1's no_sync (accelerate's and Lightning Fabric's gradient accumulation): combine it with fsdp1"),
+    (lambda k, n: k["no_sync"] and k["dist"] not in ("fsdp1", "fsdp", "fsdp-offload"),
+     "no-sync is FSDP's gradient accumulation without the sync (FSDP1's no_sync, FSDP2's "
+     "set_requires_gradient_sync(False)): combine it with fsdp1, fsdp or fsdp-offload"),
     (lambda k, n: k["no_sync"] and k["accum"] < 2,
      "no-sync acts between the micro-batches of one step: combine it with gradient accumulation (ga<N>, N >= 2)"),
     (lambda k, n: k["fsdp1_wrap"] != "accelerate" and k["dist"] != "fsdp1",

@@ -186,6 +186,22 @@ def fsdp1_flat_gradients(model) -> list:
     return out
 
 
+def fsdp_unsharded_gradients(model) -> list:
+    """FSDP2's unsharded gradients kept between the micro-batches of a step without the gradient sync
+    (``set_requires_gradient_sync(False)``): each parameter's ``_unsharded_param.grad``, or its upcast
+    ``unsharded_accumulated_grad`` under a reduce dtype; none for another model."""
+    out = []
+    for module in model.modules():
+        get_state = getattr(module, "_get_fsdp_state", None)
+        group = get_state()._fsdp_param_group if get_state else None
+        for fsdp_param in (group.fsdp_params if group else []):
+            unsharded = getattr(fsdp_param, "_unsharded_param", None)
+            for t in (getattr(unsharded, "grad", None), getattr(fsdp_param, "unsharded_accumulated_grad", None)):
+                if t is not None:
+                    out.append(t)
+    return out
+
+
 def fsdp_unsharded_tensors(model) -> list:
     """FSDP2's all-gather outputs and unsharded parameters: a layer's full weights while it
     runs (freed by resizing their storage to 0 between uses, so marking them once holds)."""
@@ -269,7 +285,7 @@ def gradient_tensors(model, optimizer) -> list:
     """Gradients wherever they live: ``.grad`` of model and optimizer parameters, and the
     flat gradient partitions a ZeRO optimizer keeps."""
     out = [p.grad for p in model.parameters() if p.grad is not None]
-    out += fsdp1_flat_gradients(model)
+    out += fsdp1_flat_gradients(model) + fsdp_unsharded_gradients(model)
     inner = getattr(optimizer, "optimizer", optimizer)
     for group in inner.param_groups:
         out += [p.grad for p in group["params"] if p.grad is not None]

@@ -165,9 +165,14 @@ class Session:
         micros = data.split(batch, self.accum)
         for i, micro in enumerate(micros):
             # no-sync: FSDP1 keeps each unit's unsharded gradient until the step's last micro-batch reduces it
-            # (sim's one-process step beside the rank's has no FSDP1 to ask)
-            skip_sync = self.spec["knobs"]["no_sync"] and self.spec["knobs"]["dist"] == "fsdp1" and i < len(micros) - 1
-            with self.model.no_sync() if skip_sync else contextlib.nullcontext():
+            # (sim's one-process step beside the rank's has no FSDP to ask)
+            dist_name = self.spec["knobs"]["dist"]
+            skip_sync = self.spec["knobs"]["no_sync"] and dist_name in ("fsdp1", "fsdp", "fsdp-offload") \
+                and i < len(micros) - 1
+            if dist_name in ("fsdp", "fsdp-offload") and self.spec["knobs"]["no_sync"]:
+                # FSDP2: what accelerate's no_sync sets around each micro-batch
+                self.model.set_requires_gradient_sync(not skip_sync)
+            with self.model.no_sync() if skip_sync and dist_name == "fsdp1" else contextlib.nullcontext():
                 self.forward_backward(micro)
             if skip_sync:  # the unsharded gradients it keeps are gradients, not the backward's temporaries
                 self.tracker.mark("gradients", dist.gradient_tensors(self.model, self.optimizer))

@@ -204,14 +204,10 @@ def accumulation(recipe: Recipe, key: str, value, sync_each_batch=None) -> None:
                "gradients it sums are held either way)")
         recipe.skip(key, value, why)
         return
-    if recipe.dist == "fsdp":
-        raise Invalid(key, value, "under FSDP2 accelerate's accumulate() turns the gradient sync off between "
-                      "micro-batches (set_requires_gradient_sync(False)), so every rank keeps the unsharded gradients; "
-                      "ft-membench simulates that for FSDP1 only (no-sync): ask with fsdp_version 1, or with "
-                      "accelerator_config.gradient_accumulation_kwargs.sync_each_batch: true, or without accumulation")
     recipe.micro_batches = min(steps, NO_SYNC_MICRO_BATCHES)
+    how = "FSDP1's no_sync" if recipe.dist == "fsdp1" else "FSDP2's set_requires_gradient_sync(False)"
     recipe.took(key, value, f"no-sync+ga{recipe.micro_batches}: accelerate's accumulate() runs every micro-batch but a "
-                "step's last inside FSDP1's no_sync, which keeps the unsharded gradients; "
+                f"step's last under {how}, which keeps the unsharded gradients; "
                 + (f"{steps} micro-batches answered as {recipe.micro_batches} (the others add only their tokens); "
                    if steps > recipe.micro_batches else "")
                 + "the batch is the per-device batch times the micro-batches")
