@@ -1,7 +1,7 @@
 """GPU memory in cuda mode, beside torch's own statistics: the cap that makes a bigger card
 behave like the cell's GPU profile, the CUDA context's baseline, and an NVML sampler.
 
-Used by bench/worker.py's ``run_cuda``. What needs no GPU is plain Python and is tested on
+Used by bench/worker/main.py's ``run_cuda``. What needs no GPU is plain Python and is tested on
 CPU: ``memory_fraction``, ``summarize`` and ``Sampler`` (with any reader function).
 NVML comes from nvidia-ml-py (``import pynvml``, the ``[gpu]`` extra); without it, or
 without a driver, the NVML numbers are None and ``nvml_note`` says why.

@@ -1,7 +1,7 @@
 """Sim mode: a full-size training step under fake tensors, as a CUDA device would allocate it.
 
     python -m bench.worker SPEC.json RECORD.json      # a cell of a `mode: sim` study
-    simulate.run(spec) -> dict of record fields        # what bench/worker.py calls
+    simulate.run(spec) -> dict of record fields        # what bench/worker/main.py calls
 
 The step is bench/worker/train.py's (same Session, transformers model, peft adapters, torch and
 bitsandbytes optimizers, same loop), run on FakeTensorMode tensors of device cpu
