@@ -357,7 +357,9 @@ def test_generated_cells_carry_each_rows_settings():
     for e in simulated:
         row, spec = BY_ID[e["row"]], cells[e["cell"]]
         assert spec["study"].startswith("published-") and spec["mode"] == "sim"
-        assert (spec["batch_size"], spec["seq_len"], spec["world_size"]) == (row["batch_size"], row["seq_len"], row["n_gpus"])
+        # a row's batch is its micro-batch: a cell that accumulates (ga<N>) steps on N of them
+        assert (spec["batch_size"], spec["seq_len"], spec["world_size"]) == \
+            (row["batch_size"] * spec["knobs"]["accum"], row["seq_len"], row["n_gpus"])
         assert list(spec["verdict_gpus"]) == [row["gpu_profile"]] and spec["model"] == row["model_config"]
         assert set(row["techniques"].split("+")) <= set(spec["techniques"])
         if spec["knobs"]["adapter"]:

@@ -20,8 +20,10 @@ from tests.test_sim_fsdp1 import PEFT_BUILD_BYTES
 from tests.test_sim_ranks import MESH_BYTES, step_allocations
 
 pytestmark = pytest.mark.slow
-CELLS = ["lora+fsdp1+wrap-layers+ga2+no-sync+w2", "lora+fsdp1+ga2+no-sync+w2", "fsdp+ga2+no-sync+w2",
-         "lora+fsdp+ga2+no-sync+w2"]
+# FSDP1 with a LoRA model whose layers are whole units (the largest no_sync effect), and FSDP2's full fine-tune;
+# peft's FSDP1 policy and FSDP2 with LoRA agreed the same way when measured (2026-11-28: within 144 and 184 B), and are
+# left out to keep the suite's time
+CELLS = ["lora+fsdp1+wrap-layers+ga2+no-sync+w2", "fsdp+ga2+no-sync+w2"]
 SHAPE = {"batch_size": 2, "seq_len": 32}
 
 

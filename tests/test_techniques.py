@@ -18,10 +18,11 @@ def test_every_technique_sets_knobs_the_defaults_know(name):
     sets = tech.lookup(name).sets
     assert set(sets) <= set(tech.DEFAULT_KNOBS), name
     # a world size alone needs a sharding technique; adapter variants need an adapter
-    needs = {"w2": None, "dora": "lora", "lora-all": "lora", "nf4-no-dq": "qlora"}
+    needs = {"w2": None, "dora": ["lora"], "lora-all": ["lora"], "nf4-no-dq": ["qlora"],
+             "no-sync": ["fsdp1", "ga2"], "wrap-layers": ["fsdp1"]}
     if name in needs and needs[name] is None:
         return
-    knobs = tech.knobs([name] + ([needs[name]] if name in needs else []))
+    knobs = tech.knobs([name] + needs.get(name, []))
     assert all(knobs[k] == v for k, v in sets.items())
 
 

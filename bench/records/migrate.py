@@ -25,6 +25,8 @@ from bench.records import atomic
 ADDED_KNOBS = {
     "double_quant": True,   # nf4-no-dq: QLoRA's base was always double-quantized before
     "keep_output": False,   # keep-output: the worker always let the model output go once the loss was taken
+    "no_sync": False,       # no-sync: every micro-batch's gradients were reduced (FSDP's default without no_sync)
+    "fsdp1_wrap": "accelerate",  # wrap-layers: FSDP1 always wrapped as accelerate does (peft's policy for peft)
 }
 
 
