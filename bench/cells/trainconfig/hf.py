@@ -48,8 +48,9 @@ def training_args(doc: dict, r: Recipe, weights_16bit: bool) -> set[str]:
         fsdp_dist(doc, "fsdp", r)
         used |= {"fsdp", "fsdp_config"} if isinstance(doc.get("fsdp_config"), dict) else {"fsdp"}
     if "gradient_accumulation_steps" in doc:
-        accumulation(r, "gradient_accumulation_steps", doc["gradient_accumulation_steps"], sync_each_batch(doc))
-        used |= {"gradient_accumulation_steps"} | ({"accelerator_config"} if sync_each_batch(doc) is not None else set())
+        synced = sync_each_batch(doc)
+        accumulation(r, "gradient_accumulation_steps", doc["gradient_accumulation_steps"], synced)
+        used |= {"gradient_accumulation_steps"} | ({"accelerator_config"} if synced is not None else set())
     return used
 
 
