@@ -12,6 +12,10 @@ process group makes none, so the comparisons take it out of the real trace first
 from __future__ import annotations
 
 GLOO_COPY_OP = "aten.split.Tensor"
+SMALL = 4096
+# bitsandbytes' backward dequantizes each 4-bit weight to fp32 and casts it in sim, to the compute dtype at once on
+# the CPU backend (transient, as single-process QLoRA shows)
+BNB_BACKWARD_OPS = {"bitsandbytes.dequantize_4bit.default", "aten._to_copy.default"}
 
 
 def events(trace: dict, drop_op: str | None = None) -> list[tuple]:
@@ -46,3 +50,15 @@ def peaks(trace: dict, drop_op: str | None = None) -> tuple[int, dict, dict]:
         else:
             total -= live.pop(serial, (0, None))[0]
     return peak, by_phase, at_peak
+
+
+def step_allocations(trace: dict, drop_op: str | None = None, qlora: bool = False) -> dict:
+    """{(step, phase): [(bytes, op), ...]}: each step's allocations of at least ``SMALL`` bytes
+    (with ``qlora``, without bitsandbytes' backward dequantization and its cast)."""
+    out: dict = {}
+    for kind, _serial, nbytes, step, phase, op, _cat in events(trace, drop_op):
+        if qlora and phase == "backward" and op in BNB_BACKWARD_OPS:
+            continue
+        if kind and step >= 0 and nbytes >= SMALL:
+            out.setdefault((step, phase), []).append((nbytes, op))
+    return out

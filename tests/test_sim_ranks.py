@@ -34,15 +34,13 @@ import pytest
 
 from bench.estimate import replay
 from bench.cells import matrix
-from tests.rank_traces import GLOO_COPY_OP, events, peaks
+from tests.rank_traces import GLOO_COPY_OP, events, peaks, step_allocations
 
 pytestmark = pytest.mark.slow
 OFFLOAD = ["fsdp-offload+w2", "fsdp-offload+w4", "qlora+fsdp-offload+gc+w2"]
 CELLS = ["fsdp+w2", "fsdp+w4", "qlora+fsdp+w2", "fsdp+amp-bf16+w2", *OFFLOAD]
 MESH_BYTES = 128
-SMALL = 4096
 QLORA_CONSTANTS = 2 * 64 + 1024 + 2 * 8
-BNB_BACKWARD_OPS = {"bitsandbytes.dequantize_4bit.default", "aten._to_copy.default"}
 
 
 def tolerance(cell: str) -> int:
@@ -62,18 +60,6 @@ def pairs(tmp_path_factory):
     specs = [cells[f"tiny-llama__cpu__{t}"] for t in CELLS]
     real = launch_all(specs, folder)
     return {t: (r, simulate.run(s, cuda_model=False)) for t, r, s in zip(CELLS, real, specs)}
-
-
-def step_allocations(trace: dict, drop_op: str | None = None, qlora: bool = False) -> dict:
-    """{(step, phase): [(bytes, op), ...]}: each step's allocations of at least ``SMALL`` bytes
-    (with ``qlora``, without bitsandbytes' backward dequantization and its cast)."""
-    out: dict = {}
-    for kind, _serial, nbytes, step, phase, op, _cat in events(trace, drop_op):
-        if qlora and phase == "backward" and op in BNB_BACKWARD_OPS:
-            continue
-        if kind and step >= 0 and nbytes >= SMALL:
-            out.setdefault((step, phase), []).append((nbytes, op))
-    return out
 
 
 @pytest.mark.parametrize("cell", CELLS)

@@ -67,6 +67,10 @@ def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: in
         raise Usage(f"--dataset: {tech} runs on {world} GPUs with {knobs['dist'] or 'no sharding engine'}, which sim "
                     "partitions by formula from one process's step rather than tracing a rank's own program; an "
                     "epoch replay needs a rank's own trace (FSDP: fsdp, fsdp-offload, fsdp1)")
+    if world > 1 and (knobs["dist"] or "").startswith("zero"):
+        raise Usage(f"--dataset: {tech} runs DeepSpeed {knobs['dist']} on {world} GPUs: sim traces its rank's own "
+                    "program, but an epoch derived from that trace is checked against the rank's simulation for FSDP "
+                    "only (fsdp, fsdp-offload, fsdp1); not answered rather than unchecked")
     accum, free = knobs["accum"], bool(getattr(args, "padding_free", False))
     if free and (args.packing or accum > 1):
         raise Usage("--dataset: padding-free batches " + ("or packing: one or the other" if args.packing else

@@ -92,6 +92,30 @@ GATHERS = {"zero3", "zero3-offload", "fsdp", "fsdp-offload", "fsdp1"}
 LABEL = "analytic (ZeRO paper partitioning) over the simulated single-process step"
 
 
+def zero12_rank_holds(numels: list[int], n: int) -> list[int]:
+    """Elements of the parameters each of ``n`` ranks holds whole under DeepSpeed ZeRO-1/2, for one
+    parameter group of ``numels`` in its order (stage_1_and_2.py ``get_partition_info``: the group
+    flattened, padded to ``nccl_start_alignment_factor`` (2) x N and cut in N equal spans; a rank
+    holds every parameter with an element in its span, whole, in its gradient partition)."""
+    per_rank = [0] * n
+    span = -(-sum(numels) // (2 * n)) * 2
+    start = 0
+    for numel in numels:
+        for r in range(n):
+            if start < (r + 1) * span and start + numel > r * span:
+                per_rank[r] += numel
+        start += numel
+    return per_rank
+
+
+def zero12_peak_rank(numels: list[int], n: int) -> int:
+    """The ZeRO-1/2 rank whose step sim traces for the cell: the one holding the most parameters
+    whole (``zero12_rank_holds``; the lowest such rank), whose gradient partition, and so its peak,
+    is the largest."""
+    holds = zero12_rank_holds(numels, n)
+    return holds.index(max(holds)) if holds else 0
+
+
 def paper_bytes_per_param(stage: int, n: int, p: float = 2, g: float = 2, k: float = 12) -> float:
     """Model-state bytes per parameter per GPU, ZeRO paper Fig. 1 (stage 0 = plain data parallel)."""
     return {0: p + g + k, 1: p + g + k / n, 2: p + (g + k) / n, 3: (p + g + k) / n}[stage]

@@ -6,6 +6,7 @@ Rank layout comes from the environment (torchrun sets it; a single process gets 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -186,19 +187,37 @@ def fsdp1_flat_gradients(model) -> list:
     return out
 
 
+NO_SYNC_ENGINES = ("fsdp1", "fsdp", "fsdp-offload")
+
+
+@contextlib.contextmanager
+def no_sync(model, knobs: dict, skip: bool):
+    """A micro-batch run without the gradient sync where ``skip`` (``no-sync``), as accelerate's ``no_sync``
+    does: FSDP1's ``model.no_sync()``; FSDP2's ``set_requires_gradient_sync``, set around every micro-batch
+    of a no-sync cell (the step's last one syncs)."""
+    if knobs["dist"] in ("fsdp", "fsdp-offload") and knobs["no_sync"]:
+        model.set_requires_gradient_sync(not skip)
+    with model.no_sync() if skip and knobs["dist"] == "fsdp1" else contextlib.nullcontext():
+        yield
+
+
+def _fsdp_params(model):
+    """Every FSDP2 parameter of ``model`` (its modules' ``FSDPParamGroup``s); none for another model."""
+    for module in model.modules():
+        get_state = getattr(module, "_get_fsdp_state", None)
+        group = get_state()._fsdp_param_group if get_state else None
+        yield from (group.fsdp_params if group else [])
+
+
 def fsdp_unsharded_gradients(model) -> list:
     """FSDP2's unsharded gradients kept between the micro-batches of a step without the gradient sync
     (``set_requires_gradient_sync(False)``): each parameter's ``_unsharded_param.grad``, or its upcast
     ``unsharded_accumulated_grad`` under a reduce dtype; none for another model."""
     out = []
-    for module in model.modules():
-        get_state = getattr(module, "_get_fsdp_state", None)
-        group = get_state()._fsdp_param_group if get_state else None
-        for fsdp_param in (group.fsdp_params if group else []):
-            unsharded = getattr(fsdp_param, "_unsharded_param", None)
-            for t in (getattr(unsharded, "grad", None), getattr(fsdp_param, "unsharded_accumulated_grad", None)):
-                if t is not None:
-                    out.append(t)
+    for fsdp_param in _fsdp_params(model):
+        unsharded = getattr(fsdp_param, "_unsharded_param", None)
+        out += [t for t in (getattr(unsharded, "grad", None), getattr(fsdp_param, "unsharded_accumulated_grad", None))
+                if t is not None]
     return out
 
 
@@ -206,14 +225,11 @@ def fsdp_unsharded_tensors(model) -> list:
     """FSDP2's all-gather outputs and unsharded parameters: a layer's full weights while it
     runs (freed by resizing their storage to 0 between uses, so marking them once holds)."""
     out = []
-    for module in model.modules():
-        get_state = getattr(module, "_get_fsdp_state", None)
-        group = get_state()._fsdp_param_group if get_state else None
-        for fsdp_param in (group.fsdp_params if group else []):
-            out += list(getattr(fsdp_param, "all_gather_outputs", []))
-            unsharded = getattr(fsdp_param, "_unsharded_param", None)
-            if unsharded is not None:
-                out.append(unsharded)
+    for fsdp_param in _fsdp_params(model):
+        out += list(getattr(fsdp_param, "all_gather_outputs", []))
+        unsharded = getattr(fsdp_param, "_unsharded_param", None)
+        if unsharded is not None:
+            out.append(unsharded)
     return out
 
 

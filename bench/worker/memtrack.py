@@ -113,8 +113,8 @@ class MemTracker(memtrace.TrackerReports, memresize.FollowsResize, FollowsBackwa
         """Count ``tensor``'s storage if new; return its serial (0: holds no memory)."""
         if self.stopped:
             return 0
-        if tensor.device.type == "meta" and not isinstance(tensor, FakeTensor):
-            return 0  # a real meta tensor is shape only (DeepSpeed keeps such copies of every param)
+        if (tensor.fake_device if isinstance(tensor, FakeTensor) else tensor.device).type == "meta":
+            return 0  # a meta tensor is shape only (DeepSpeed keeps such copies of every param), sim's too
         # a DTensor (FSDP2) holds its local shard; the wrapper's own storage reports the global size
         storage = getattr(tensor, "_local_tensor", tensor).untyped_storage()
         key = _key(storage)

@@ -27,15 +27,15 @@ MEASURED_HOW = ("rank 0's own program on this device: FSDP (FSDP2's fully_shard,
 
 
 @contextlib.contextmanager
-def fake_ranks(world_size: int, device_type: str):
-    """Rank 0 of ``world_size`` under the fake process group, and its device mesh (made outside any
-    fake tensor mode: a mesh's rank tensor must hold values)."""
+def fake_ranks(world_size: int, device_type: str, rank: int = 0):
+    """Rank ``rank`` (0 unless named) of ``world_size`` under the fake process group, and its device
+    mesh (made outside any fake tensor mode: a mesh's rank tensor must hold values)."""
     import torch.distributed as tdist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
     if tdist.is_initialized():
         raise RuntimeError("a process group is already initialized in this process: one rank per process")
-    tdist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    tdist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     try:
         yield init_device_mesh(device_type, (world_size,))
     finally:

@@ -164,15 +164,11 @@ class Session:
     def step(self, batch: dict) -> None:
         micros = data.split(batch, self.accum)
         for i, micro in enumerate(micros):
-            # no-sync: FSDP1 keeps each unit's unsharded gradient until the step's last micro-batch reduces it
+            # no-sync: FSDP keeps each unit's unsharded gradient until the step's last micro-batch reduces it
             # (sim's one-process step beside the rank's has no FSDP to ask)
-            dist_name = self.spec["knobs"]["dist"]
-            skip_sync = self.spec["knobs"]["no_sync"] and dist_name in ("fsdp1", "fsdp", "fsdp-offload") \
+            skip_sync = self.spec["knobs"]["no_sync"] and self.spec["knobs"]["dist"] in dist.NO_SYNC_ENGINES \
                 and i < len(micros) - 1
-            if dist_name in ("fsdp", "fsdp-offload") and self.spec["knobs"]["no_sync"]:
-                # FSDP2: what accelerate's no_sync sets around each micro-batch
-                self.model.set_requires_gradient_sync(not skip_sync)
-            with self.model.no_sync() if skip_sync and dist_name == "fsdp1" else contextlib.nullcontext():
+            with dist.no_sync(self.model, self.spec["knobs"], skip_sync):
                 self.forward_backward(micro)
             if skip_sync:  # the unsharded gradients it keeps are gradients, not the backward's temporaries
                 self.tracker.mark("gradients", dist.gradient_tensors(self.model, self.optimizer))

@@ -84,6 +84,7 @@ def extend_facts(a: dict, b: dict, c: dict, more: int) -> dict:
     the same; the largest weight the same; every other figure linear. NotExact otherwise."""
     a, b, c = dict(a), dict(b), dict(c)
     units = [x.pop("units") for x in (a, b, c)]
+    numels = extend_numels(*(x.pop("trainable_numels") for x in (a, b, c)), more)
     first, layer, last = units[0][0], units[0][1] if len(units[0]) > 2 else None, units[0][-1]
     for i, u in enumerate(units):
         if len(u) != len(units[0]) + i or u[0] != first or u[-1] != last or any(x != layer for x in u[1:-1]):
@@ -93,7 +94,21 @@ def extend_facts(a: dict, b: dict, c: dict, more: int) -> dict:
             raise NotExact(f"model {key}: {a[key]}, {b[key]}, {c[key]} differ")
     out = linear(a, b, c, more, "model facts")
     out["units"] = [first, *[layer] * (len(units[0]) - 2 + more), last]
+    out["trainable_numels"] = numels
     return out
+
+
+def extend_numels(a: list, b: list, c: list, more: int) -> list:
+    """Each trainable parameter's elements, in order, with ``more`` layers beyond ``a``'s: ``b`` must be
+    ``a`` with one layer's parameters inserted, and ``c`` with that layer twice (the layers alike);
+    NotExact otherwise."""
+    d = len(b) - len(a)
+    tail = next((k for k in range(len(a), -1, -1) if a[len(a) - k:] == b[len(b) - k:]), 0)
+    cut = len(a) - tail
+    layer = b[cut:cut + d]
+    if d < 0 or len(c) - len(b) != d or b != a[:cut] + layer + a[cut:] or c != a[:cut] + layer * 2 + a[cut:]:
+        raise NotExact("trainable parameters: one more layer does not add one layer's parameters")
+    return a[:cut] + layer * more + a[cut:]
 
 
 class _Traced:

@@ -46,7 +46,8 @@ def model_facts(model, rounding) -> dict:
     ``units`` (parameter and gradient bytes per gather unit, bench/worker/sim/sharding.py
     ``unit_bytes``: a DTensor's numel is the whole weight's), ``largest_param_bytes``,
     ``quant_state_bytes`` (bitsandbytes' state, replicated on every rank), ``weights_bytes`` and
-    ``trainable_bytes`` (every weight, the trainable ones: what the collectives move)."""
+    ``trainable_bytes`` (every weight, the trainable ones: what the collectives move), ``trainable_numels``
+    (each trainable parameter's elements, in the model's order: a ZeRO-1/2 optimizer's one group)."""
     from bench.worker import dist as dist_mod
     from bench.worker.sim import sharding
     params = list(model.parameters())
@@ -55,6 +56,7 @@ def model_facts(model, rounding) -> dict:
             "largest_param_bytes": max(nbytes, default=0),
             "quant_state_bytes": dist_mod.quant_state_bytes(model, rounding),
             "weights_bytes": sum(nbytes),
+            "trainable_numels": [p.numel() for p in params if p.requires_grad],
             "trainable_bytes": sum(n for n, p in zip(nbytes, params) if p.requires_grad)}
 
 

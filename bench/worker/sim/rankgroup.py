@@ -18,8 +18,9 @@ What the fake group leaves out, each named and tested (tests/test_sim_ranks.py):
 
 Which engines run per rank (bench/cells/techniques.py ``TRACED_PER_RANK``): FSDP2, with and without
 CPU offload (``fsdp``, ``fsdp-offload``: the rank's host and device kept apart as a GPU keeps them,
-bench/worker/fsdpoffload.py). DeepSpeed ZeRO is still partitioned by formula from the
-single-process step (bench/worker/sim/sharding.py): DeepSpeed does not run under fake tensors.
+bench/worker/fsdpoffload.py), FSDP1, and DeepSpeed ZeRO-1/2/3 with and without offload (DeepSpeed's
+own engine; what a fake rank adds to it: bench/worker/sim/zerorank.py). At world size 1 a ZeRO cell
+is the single process's step with the formula over it (bench/worker/sim/sharding.py).
 """
 from __future__ import annotations
 
@@ -27,12 +28,13 @@ import contextlib
 
 from bench.cells import techniques
 from bench.worker import onerank
-from bench.worker.sim import dtensor_flag, fake_pointers
+from bench.worker.sim import dtensor_flag, fake_pointers, zerorank
 from bench.worker.onerank import LOAD_OP, start_from_shards  # noqa: F401  (sim's names for them)
 
 HOW = ("rank 0's own program: the step run under fake tensors with FSDP2 (fully_shard; CPUOffloadPolicy for "
-       "fsdp-offload) or, for fsdp1, FSDP1 (FullyShardedDataParallel as accelerate wraps it) over torch's fake "
-       "process group of the cell's world size; its allocation trace is the rank's, replayed as the rank's")
+       "fsdp-offload), FSDP1 (FullyShardedDataParallel as accelerate wraps it) or DeepSpeed's ZeRO engine "
+       "(deepspeed.initialize) over torch's fake process group of the cell's world size; its allocation trace is "
+       "the rank's, replayed as the rank's")
 
 def traced(spec: dict) -> bool:
     """Whether sim runs this cell's step as one rank runs it (else: one process, partitioned)."""
@@ -41,11 +43,15 @@ def traced(spec: dict) -> bool:
 
 @contextlib.contextmanager
 def ranks(spec: dict):
-    """Rank 0 of the cell's world size under the fake process group, and its device mesh
-    (bench/worker/onerank.py)."""
+    """Rank ``spec["sim_rank"]`` (0 unless named: ZeRO-1/2's peak rank, bench/worker/sim/simulate.py) of
+    the cell's world size under the fake process group, and its device mesh (bench/worker/onerank.py)."""
     if not traced(spec):
         yield None
         return
-    pointers = fake_pointers.distinct() if spec["knobs"]["dist"] == "fsdp1" else contextlib.nullcontext()
-    with onerank.fake_ranks(spec["world_size"], "cpu") as mesh, dtensor_flag.installed(), pointers:
+    engine = spec["knobs"]["dist"]
+    zero = engine.startswith("zero")
+    pointers = fake_pointers.distinct() if engine == "fsdp1" or zero else contextlib.nullcontext()
+    rank = spec.get("sim_rank", 0)
+    deepspeed = zerorank.installed(spec["world_size"], rank) if zero else contextlib.nullcontext()
+    with onerank.fake_ranks(spec["world_size"], "cpu", rank) as mesh, dtensor_flag.installed(), pointers, deepspeed:
         yield mesh

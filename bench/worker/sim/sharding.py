@@ -5,7 +5,7 @@ is torch-free, in bench/estimate/partition.py (the fits search applies it to int
 from __future__ import annotations
 
 from bench.estimate.partition import (GATHERS, LABEL, OFFLOADED, PARTITIONED, deepspeed_master,  # noqa: F401
-                                      live_units, paper_bytes_per_param, partition, rank_moments)
+                                      live_units, zero12_rank_holds, paper_bytes_per_param, partition, rank_moments)
 from bench.worker.decoder import decoder_layers
 
 
@@ -51,14 +51,7 @@ def zero_layout(optimizer, n: int, settings: dict, stage: int, rounding=lambda b
     else:  # stage_1_and_2.py get_partition_info: every parameter with an element in the partition
         per_rank = [0] * n
         for group in groups:
-            numels = [p.numel() for p in group]
-            span = -(-sum(numels) // (2 * n)) * 2  # padded to nccl_start_alignment_factor (2) x N, / N
-            start = 0
-            for numel in numels:
-                for r in range(n):
-                    if start < (r + 1) * span and start + numel > r * span:
-                        per_rank[r] += numel
-                start += numel
+            per_rank = [a + b for a, b in zip(per_rank, zero12_rank_holds([p.numel() for p in group], n))]
         held = max(per_rank, default=0)
     bucket = int(settings.get("reduce_bucket_size", 0)) if settings.get("contiguous_gradients", True) else 0
     return {"stage": stage, "partition_grad_bytes": rounding(held * size),
@@ -70,3 +63,39 @@ def zero_layout(optimizer, n: int, settings: dict, stage: int, rounding=lambda b
                          "partition, whole; the largest rank")}
 
 
+
+
+def deepspeed_master_args(session, knobs: dict, rounding, details: dict) -> tuple:
+    """DeepSpeed's ZeRO optimizer over the simulated single-process step: the fp32 master weights (and
+    bf16's fp32 moments) it adds, into ``details`` with the record's dtypes; (master bytes, moment upcast
+    bytes, bf16) for ``deepspeed_master``."""
+    import torch
+
+    from bench.worker import optimizers
+    trainable = sum(p.numel() for p in session.model.parameters() if p.requires_grad)
+    master = rounding(4 * trainable)
+    state = sum(rounding(t.untyped_storage().nbytes()) for t in optimizers.state_tensors(session.optimizer)
+                if t.dtype == torch.bfloat16 and t.dim() > 0 and not t.requires_grad)
+    bf16 = knobs["precision"] == "bf16"
+    details["deepspeed_master"] = {"master_weight_bytes": master, "moment_upcast_bytes": state,
+                                   "how": "analytic: DeepSpeed ZeRO optimizer's fp32 master weights and their gradient"}
+    dtypes = details.get("dtypes", {})
+    dtypes["master_weights"] = ["float32"]
+    dtypes["optimizer_state"] = sorted({"float32" if d == "bfloat16" else d for d in dtypes.get("optimizer_state", [])})
+    return master, state, bf16
+
+
+def zero_layout_of(session, spec: dict, rounding) -> dict | None:
+    """What DeepSpeed's settings add to the ZeRO formula: ZeRO-2's per-rank gradient buffers, ZeRO-3's
+    units kept gathered by the reuse distance; None otherwise."""
+    from bench.worker import dist as dist_mod
+    dist, n = spec["knobs"]["dist"] or "", spec["world_size"]
+    if dist not in ("zero2", "zero3", "zero3-offload"):
+        return None
+    settings = dist_mod.zero_settings(spec, session.model.config.hidden_size)
+    layout = zero_layout(session.optimizer, n, settings, 2 if dist == "zero2" else 3, rounding)
+    if dist != "zero2":
+        numels = [pn for pn, _ in unit_bytes(session.model, numel=True)]
+        layout.update(live_units=live_units(numels, settings, bool(spec["knobs"]["gc"])), units=len(numels),
+                      stage3_max_reuse_distance=int(settings["stage3_max_reuse_distance"]))
+    return layout

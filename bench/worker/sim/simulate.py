@@ -44,48 +44,13 @@ Cells sim cannot run are skipped records, decided when the matrix loads (bench/c
 """
 from __future__ import annotations
 
-from bench.worker.sim import peers, rankgroup, sharding
-from bench.worker import alloctrace, optimizers, train
-from bench.worker import dist as dist_mod
+from bench.worker.sim import peers, rankgroup, rankrun, sharding
+from bench.worker import alloctrace, train
 from bench.estimate import partition, speedmodel, verdicts
 from bench.worker.sim.measure import Measured, measure
 
 CUDA_MODEL = ("CUDA caching-allocator rounding (512-byte blocks), CUDA attention kernels "
               "(flash / memory-efficient footprint), CUDA kernel workspaces (flash backward, bnb gemm_4bit)")
-
-
-def _deepspeed_master(session, knobs: dict, rounding, details: dict) -> tuple:
-    """DeepSpeed's ZeRO optimizer over the simulated single-process step (bench/worker/sim/
-    sharding.py): the fp32 master weights (and bf16's fp32 moments) it adds, in the record's
-    dtypes; (master bytes, moment upcast bytes, bf16) for ``sharding.deepspeed_master``."""
-    import torch
-
-    trainable = sum(p.numel() for p in session.model.parameters() if p.requires_grad)
-    master = rounding(4 * trainable)
-    state = sum(rounding(t.untyped_storage().nbytes()) for t in optimizers.state_tensors(session.optimizer)
-                if t.dtype == torch.bfloat16 and t.dim() > 0 and not t.requires_grad)
-    bf16 = knobs["precision"] == "bf16"
-    details["deepspeed_master"] = {"master_weight_bytes": master, "moment_upcast_bytes": state,
-                                   "how": "analytic: DeepSpeed ZeRO optimizer's fp32 master weights and their gradient"}
-    dtypes = details.get("dtypes", {})
-    dtypes["master_weights"] = ["float32"]
-    dtypes["optimizer_state"] = sorted({"float32" if d == "bfloat16" else d for d in dtypes.get("optimizer_state", [])})
-    return master, state, bf16
-
-
-def _zero_layout(m: Measured, spec: dict, rounding) -> dict | None:
-    """What DeepSpeed's settings add to the ZeRO formula (bench/worker/sim/sharding.py): ZeRO-2's
-    per-rank gradient buffers, ZeRO-3's units kept gathered by the reuse distance; None otherwise."""
-    dist, n = spec["knobs"]["dist"] or "", spec["world_size"]
-    if dist not in ("zero2", "zero3", "zero3-offload"):
-        return None
-    settings = dist_mod.zero_settings(spec, m.session.model.config.hidden_size)
-    layout = sharding.zero_layout(m.session.optimizer, n, settings, 2 if dist == "zero2" else 3, rounding)
-    if dist != "zero2":
-        numels = [pn for pn, _ in sharding.unit_bytes(m.session.model, numel=True)]
-        layout.update(live_units=sharding.live_units(numels, settings, bool(spec["knobs"]["gc"])), units=len(numels),
-                      stage3_max_reuse_distance=int(settings["stage3_max_reuse_distance"]))
-    return layout
 
 
 def states_phase_of(phases: dict) -> str:
@@ -105,12 +70,8 @@ def run(spec: dict, cuda_model: bool = True) -> dict:
     from bench.worker.sim import layers
     gathered: dict = {}
     if rankgroup.traced(spec):  # one rank's own program, and the single process beside it as a cross-check
-        single = None
-        if spec.get("cross_check", True):
-            single = layers.extended(spec, cuda_model, per_rank=False) or measure(spec, cuda_model, per_rank=False)
-        m = layers.extended(spec, cuda_model, meanwhile=lambda: gathered.update(peers.gather(spec)))
-        return per_rank(spec, m if m is not None else measure(spec, cuda_model), single,
-                        gathered or peers.gather(spec))
+        rank_spec, m, single = rankrun.measured(spec, cuda_model, meanwhile=lambda: gathered.update(peers.gather(spec)))
+        return per_rank(rank_spec, m, single, gathered or peers.gather(spec))
     # the peers read the config only: they run here while the small steps run in their forks
     m = layers.extended(spec, cuda_model, meanwhile=lambda: gathered.update(peers.gather(spec)))
     return finish(spec, m if m is not None else measure(spec, cuda_model), gathered or None)
@@ -129,13 +90,13 @@ def finish(spec: dict, m: Measured, gathered_peers: dict | None = None) -> dict:
                    phase_breakdown_bytes=phases)
     master_args = None
     if (spec["knobs"]["dist"] or "").startswith("zero"):
-        master_args = _deepspeed_master(m.session, spec["knobs"], tracker.rounding, details)
+        master_args = sharding.deepspeed_master_args(m.session, spec["knobs"], tracker.rounding, details)
     if spec["knobs"]["dist"]:
         n, dist = spec["world_size"], spec["knobs"]["dist"]
         details["unpartitioned"] = {k: out[k] for k in ("peak_bytes", "breakdown_bytes", "phase_peak_bytes",
                                                         "step_peak_bytes")}
         units, whole = m.facts["units"], m.facts["quant_state_bytes"]
-        layout = _zero_layout(m, spec, tracker.rounding)
+        layout = sharding.zero_layout_of(m.session, spec, tracker.rounding)
         if layout:
             details["zero_layout"] = layout
         trace = tracker.trace(spec["knobs"]["alloc_conf"])
@@ -213,7 +174,7 @@ def _costs(spec: dict, m: Measured, out: dict, states: dict, gathered_peers: dic
 
 
 def per_rank(spec: dict, m: Measured, single: Measured | None, gathered_peers: dict | None) -> dict:
-    """A cell whose step sim ran as rank 0 runs it: the rank's own trace is the record's and the
+    """A cell whose step sim ran as its peak rank runs it (bench/worker/sim/rankrun.py): the rank's own trace is the record's and the
     allocator replay's; the load as the engine places it (``multi_process_load``); the formula over
     the single-process step ``single`` beside it, with how far the two differ (None: a search's
     sample, which needs the rank's figures only)."""
@@ -222,14 +183,14 @@ def per_rank(spec: dict, m: Measured, single: Measured | None, gathered_peers: d
     details = out["details"]
     out.update(flops_per_step=m.flops)
     details.update(simulated=CUDA_MODEL if m.cuda_model else "cpu kernels, exact bytes", phase_breakdown_bytes=phases,
-                   rank_program={"how": rankgroup.HOW, "rank": 0, "world_size": n, "engine": dist,
+                   rank_program={"how": rankgroup.HOW, "rank": spec.get("sim_rank", 0), "world_size": n, "engine": dist,
+                                 "which_rank": rankrun.which_rank(dist),
                                  "build": "no build peak: sim builds the whole model before the rank's shards, "
                                           "which a launched rank never holds (its load: details.load_phase)"},
                    zero_partitioning=f"per rank: {rankgroup.HOW}; the formula beside it in details.formula_cross_check",
                    zero_peak_phase=max(out["phase_peak_bytes"], key=out["phase_peak_bytes"].get))
-    units = m.facts["units"]  # a DTensor's numel is the whole weight's
     if single is not None:
-        formula = sharding.partition(single.phases, dist, n, units, single.facts["quant_state_bytes"])
+        formula = rankrun.formula(spec, m, single)
         details["formula_cross_check"] = {
             "how": f"{sharding.LABEL}: {dist} at world size {n}", "peak_bytes": formula["peak_bytes"],
             "breakdown_bytes": formula["breakdown_bytes"], "peak_phase": formula["peak_phase"],
@@ -241,8 +202,9 @@ def per_rank(spec: dict, m: Measured, single: Measured | None, gathered_peers: d
                    verdict_notes=verdicts.notes(spec["knobs"], profiles))
     outside = nccl_details(spec, details)
     model = alloctrace.attach(out, tracker, spec, profiles, outside=outside)
-    model["per_rank"] = "the trace replayed is rank 0's own step, from its shards placed at load"
-    details["verdict_rule"] = verdicts.RULE + "; the trace is rank 0's own step (" + ("FSDP1" if dist == "fsdp1" else "FSDP2") + " over a fake process group" + (
+    rank = spec.get("sim_rank", 0)
+    model["per_rank"] = f"the trace replayed is rank {rank}'s own step, from its shards placed at load"
+    details["verdict_rule"] = verdicts.RULE + f"; the trace is rank {rank}'s own step (" + rankrun.ENGINE_NAMES.get(dist, dist) + " over a fake process group" + (
         ", its shards, gradients and optimizer step on the host)" if dist == "fsdp-offload" else ")")
     details["load_phase"] = multi_process_load(m.facts, spec, model, profiles, out)
     out["verdicts"] = verdicts.after_load(verdicts.from_replay(model, profiles, outside),
