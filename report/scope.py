@@ -34,9 +34,10 @@ def section(df: pd.DataFrame, fits: pd.DataFrame | None = None) -> dict:
     if _any(df, lambda r: knobs(r).get("dist")):
         items.append("DeepSpeed's communication streams' own allocator pools and its all-gather and prefetch buckets "
                      "of multi-GPU cells (FSDP2's streams are in: each rank's own traced step, with or without CPU offload, "
-                     "replayed with a pool per stream, within 1% of one rank's reserved memory on an H100); ZeRO is "
-                     "worked out by formula (marked 'analytic': it agrees with real DeepSpeed ZeRO-1/2/3 on a tiny "
-                     "model at 1, 2 and 4 ranks, unchecked at 7-70B scale). NCCL's device buffers are in the need, "
+                     "replayed with a pool per stream, within 1% of one rank's reserved memory on an H100); ZeRO is each "
+                     "rank's own DeepSpeed program (equal to real DeepSpeed ranks on a tiny model at 2 and 4, "
+                     "unchecked on a GPU), but for QLoRA under ZeRO-3 and one GPU, worked out by formula (marked "
+                     "'analytic'). NCCL's device buffers are in the need, "
                      "modelled from NCCL's defaults for the world size and the card's interconnect (76 MiB to about "
                      "1 GiB a GPU), not measured.")
     items.append("Other processes on the card (a display, a second job) and the memory nvidia-smi shows above "

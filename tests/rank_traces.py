@@ -62,3 +62,23 @@ def step_allocations(trace: dict, drop_op: str | None = None, qlora: bool = Fals
         if kind and step >= 0 and nbytes >= SMALL:
             out.setdefault((step, phase), []).append((nbytes, op))
     return out
+
+
+def rank_and_real_allocations(real: dict, sim: dict, qlora: bool = False) -> tuple[dict, dict]:
+    """(sim's rank, the real peak rank) ``step_allocations``, gloo's copies out of the real trace; every real
+    rank must have run."""
+    from bench.estimate import replay
+    assert real["status"] == "ok", real["reason"]
+    assert [r["status"] for r in real["details"]["ranks"]] == ["ok"] * real["world_size"]
+    real_trace = replay.load(real["details"]["trace_file"])  # the peak rank's
+    return step_allocations(sim["_trace"], qlora=qlora), step_allocations(real_trace, GLOO_COPY_OP, qlora=qlora)
+
+
+def rank_and_real_peaks(real: dict, sim: dict) -> tuple[tuple, tuple]:
+    """(sim's rank, the real peak rank) ``peaks``, gloo's copies out of the real trace; sim's peak read off its
+    trace is its record's."""
+    from bench.estimate import replay
+    real_peaks = peaks(replay.load(real["details"]["trace_file"]), GLOO_COPY_OP)
+    sim_peaks = peaks(sim["_trace"])
+    assert sim_peaks[0] == sim["peak_bytes"]
+    return sim_peaks, real_peaks

@@ -86,11 +86,15 @@ def test_fit_lengths_on_two_gpus(rank_sims, tmp_path):
     assert text.returncode == 1 and "does not fit" in text.stdout.split("host memory on the node")[1]   # 2 runtimes > 1 GB
 
 
-def test_a_formula_partitioned_engine_is_refused(tmp_path):
+@pytest.mark.parametrize("recipe, why", [("qlora+zero3+w2", "partitions by formula"),
+                                         ("lora+bf16+zero2+w2", "checked against the rank's simulation for FSDP only")])
+def test_an_engine_whose_epoch_is_unchecked_is_refused(tmp_path, recipe, why):
+    """QLoRA under ZeRO-3 is partitioned by formula (no rank trace to replay); the other ZeRO cells are traced
+    per rank, but an epoch derived from a DeepSpeed rank's trace is not held to its simulation: refused, named."""
     f = tmp_path / "lengths.txt"
     f.write_text("40\n700\n")
     out = subprocess.run([sys.executable, "-m", "bench.cli", "fit", MODEL, "--gpu", GPU, "--techniques",
-                          "lora+bf16+zero2+w2", "--seq", "2048", "--lengths", str(f), "--results", str(tmp_path / "r")],
+                          recipe, "--seq", "2048", "--lengths", str(f), "--results", str(tmp_path / "r")],
                          capture_output=True, text=True, cwd=REPO, timeout=600,
                          env=dict(os.environ, FT_MEMBENCH_CACHE=str(tmp_path / "cache")))
-    assert out.returncode == 2 and "partitions by formula" in out.stderr and out.stdout == ""
+    assert out.returncode == 2 and why in out.stderr and out.stdout == ""

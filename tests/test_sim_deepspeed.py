@@ -32,14 +32,13 @@ moments). What remains different there, each bounded below by the size of its ca
 
 import pytest
 
-from bench.estimate import replay
 from bench.cells import matrix
-from tests.rank_traces import GLOO_COPY_OP, peaks, step_allocations
+from tests.rank_traces import rank_and_real_allocations, rank_and_real_peaks
 
 pytestmark = pytest.mark.slow
 ONE = ["zero1+bf16", "zero2+bf16", "zero3+bf16", "zero2+amp-bf16", "lora+zero2+bf16"]
 RANKS = ["zero2+bf16+w2", "zero2+bf16+w4", "zero1+bf16+w4", "zero3+bf16+w2", "zero3+bf16+w4", "lora+zero3+bf16+w2",
-         "zero3-offload+bf16+w4", "zero2-offload+bf16+w2", "qlora+zero2+gc+w2"]
+         "zero3-offload+bf16+w2", "zero3-offload+bf16+w4", "zero2-offload+bf16+w2", "qlora+zero2+gc+w2"]
 # the differences named in the module docstring, in bytes of the peak (real minus sim)
 NAMED = {"lora+zero3+bf16+w2": (144, 144), "qlora+zero2+gc+w2": (1168, 1168)}
 STEP_COUNTERS = 4 * (9 * 4 + 3)  # tiny-llama's weight tensors, one 4-byte step each
@@ -74,20 +73,14 @@ def test_sim_partitions_as_deepspeed_holds_it_on_one_rank(pairs, technique):
 
 @pytest.mark.parametrize("cell", RANKS)
 def test_each_ranks_step_allocates_as_the_real_peak_rank_does(pairs, cell):
-    real, sim = pairs[cell]
-    assert real["status"] == "ok", real["reason"]
-    assert [r["status"] for r in real["details"]["ranks"]] == ["ok"] * real["world_size"]
-    real_trace = replay.load(real["details"]["trace_file"])  # the peak rank's
-    qlora = "qlora" in cell
-    assert step_allocations(sim["_trace"], qlora=qlora) == step_allocations(real_trace, GLOO_COPY_OP, qlora=qlora)
+    ours, theirs = rank_and_real_allocations(*pairs[cell], qlora="qlora" in cell)
+    assert ours == theirs
 
 
 @pytest.mark.parametrize("cell", RANKS)
 def test_the_ranks_peak_and_breakdown_equal_the_real_peak_ranks(pairs, cell):
     real, sim = pairs[cell]
-    peak, by_phase, at_peak = peaks(replay.load(real["details"]["trace_file"]), GLOO_COPY_OP)
-    sim_peak, sim_phases, sim_at_peak = peaks(sim["_trace"])
-    assert sim_peak == sim["peak_bytes"]
+    (sim_peak, sim_phases, sim_at_peak), (peak, by_phase, at_peak) = rank_and_real_peaks(real, sim)
     low, high = NAMED.get(cell, (0, 0))
     assert low <= peak - sim_peak <= high
     assert all(abs(by_phase[p] - sim_phases.get(p, 0)) <= high for p in by_phase)

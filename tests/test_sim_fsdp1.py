@@ -20,10 +20,9 @@ real rank's 38,861,136 B).
 
 import pytest
 
-from bench.estimate import replay
 from bench.cells import matrix
-from tests.rank_traces import GLOO_COPY_OP, peaks
-from tests.test_sim_ranks import QLORA_CONSTANTS, step_allocations
+from tests.rank_traces import rank_and_real_allocations, rank_and_real_peaks
+from tests.test_sim_ranks import QLORA_CONSTANTS
 
 pytestmark = pytest.mark.slow
 CELLS = ["fsdp1+w4", "lora+fsdp1+w2", "qlora+fsdp1+amp-bf16+w2"]
@@ -53,20 +52,14 @@ def pairs(tmp_path_factory):
 
 @pytest.mark.parametrize("cell", CELLS)
 def test_each_fsdp1_rank_allocates_as_the_real_rank_does(pairs, cell):
-    real, sim = pairs[cell]
-    assert real["status"] == "ok", real["reason"]
-    assert [r["status"] for r in real["details"]["ranks"]] == ["ok"] * real["world_size"]
-    real_trace = replay.load(real["details"]["trace_file"])
-    qlora = "qlora" in cell
-    assert step_allocations(sim["_trace"], qlora=qlora) == step_allocations(real_trace, GLOO_COPY_OP, qlora=qlora)
+    ours, theirs = rank_and_real_allocations(*pairs[cell], qlora="qlora" in cell)
+    assert ours == theirs
 
 
 @pytest.mark.parametrize("cell", CELLS)
 def test_the_fsdp1_ranks_peaks_equal_the_real_ranks(pairs, cell):
     real, sim = pairs[cell]
-    peak, by_phase, at_peak = peaks(replay.load(real["details"]["trace_file"]), GLOO_COPY_OP)
-    sim_peak, sim_phases, sim_at_peak = peaks(sim["_trace"])
-    assert sim_peak == sim["peak_bytes"]
+    (sim_peak, sim_phases, sim_at_peak), (peak, by_phase, at_peak) = rank_and_real_peaks(real, sim)
     assert 0 <= peak - sim_peak <= tolerance(cell)
     assert set(by_phase) == set(sim_phases) and all(0 <= by_phase[p] - sim_phases[p] <= tolerance(cell) for p in by_phase)
     assert set(at_peak) == set(sim_at_peak)

@@ -34,7 +34,7 @@ import pytest
 
 from bench.estimate import replay
 from bench.cells import matrix
-from tests.rank_traces import GLOO_COPY_OP, events, peaks, step_allocations
+from tests.rank_traces import GLOO_COPY_OP, events, peaks, rank_and_real_allocations, rank_and_real_peaks
 
 pytestmark = pytest.mark.slow
 OFFLOAD = ["fsdp-offload+w2", "fsdp-offload+w4", "qlora+fsdp-offload+gc+w2"]
@@ -64,20 +64,14 @@ def pairs(tmp_path_factory):
 
 @pytest.mark.parametrize("cell", CELLS)
 def test_each_ranks_step_allocates_as_the_real_rank_does(pairs, cell):
-    real, sim = pairs[cell]
-    assert real["status"] == "ok", real["reason"]
-    assert [r["status"] for r in real["details"]["ranks"]] == ["ok"] * real["world_size"]
-    real_trace = replay.load(real["details"]["trace_file"])  # the peak rank's
-    qlora = "qlora" in cell
-    assert step_allocations(sim["_trace"], qlora=qlora) == step_allocations(real_trace, GLOO_COPY_OP, qlora=qlora)
+    ours, theirs = rank_and_real_allocations(*pairs[cell], qlora="qlora" in cell)
+    assert ours == theirs
 
 
 @pytest.mark.parametrize("cell", CELLS)
 def test_the_ranks_peak_and_breakdown_equal_the_real_ranks_but_for_gloos_copies(pairs, cell):
     real, sim = pairs[cell]
-    real_trace = replay.load(real["details"]["trace_file"])
-    peak, by_phase, at_peak = peaks(real_trace, GLOO_COPY_OP)
-    sim_peak, sim_phases, sim_at_peak = peaks(sim["_trace"])
+    (sim_peak, sim_phases, sim_at_peak), (peak, by_phase, at_peak) = rank_and_real_peaks(real, sim)
     assert sim_peak == sim["peak_bytes"] and sim_phases == {p: b for p, b in sim["phase_peak_bytes"].items() if b}
     assert 0 <= peak - sim_peak <= tolerance(cell)
     assert all(0 <= by_phase[p] - sim_phases[p] <= tolerance(cell) for p in sim_phases)

@@ -151,7 +151,8 @@ def answer_object(q, lines: list[dict], gpu: str, profile: dict, hints: list[dic
         "ignored": q.recipe.ignored if q.recipe is not None else [],
         "warnings": warnings(lines, gpu, allow_tight),
         "provenance": "sim: simulated step (fake tensors, allocation trace replayed through the caching-allocator "
-                      "model); modelled: the speed model and analytic ZeRO/FSDP partitioning. Not measured on a GPU.",
+                      "model; ZeRO and FSDP on several GPUs: one rank's own program); modelled: the speed model, and "
+                      "the analytic partitioning where a cell says so. Not measured on a GPU.",
     }
 
 
