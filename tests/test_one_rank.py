@@ -16,9 +16,8 @@ from bench.records import checks
 from bench.runner import launch, ranks
 from bench.cells import matrix
 from bench.cells.matrixfile import MatrixError
-from tests.rank_traces import peaks
+from tests.rank_traces import peaks, step_allocations
 from tests.test_sim_fsdp1 import tolerance
-from tests.test_sim_ranks import step_allocations
 
 pytestmark = pytest.mark.slow
 CELLS = ["fsdp+w2", "fsdp1+w2", "lora+fsdp1+bf16+gc+w2"]  # against real gloo ranks: tests/test_sim_ranks.py, test_sim_fsdp1.py

@@ -111,8 +111,9 @@ def test_not_included_says_what_applies(df):
     lines = scope.section(df)["lines"]
     assert any(t.startswith("No GPU measurement in this run") for t in lines)
     assert any("NCCL's device buffers are in the need" in t for t in lines) and any("not searched" in t for t in lines)
-    # the multi-GPU item says how far the ZeRO formula was checked (tests/test_sim_deepspeed.py), and no stale caution
-    assert any("agrees with real DeepSpeed ZeRO-1/2/3" in t and "unchecked at 7-70B scale" in t for t in lines)
+    # the multi-GPU item says how ZeRO is answered and how far that was checked (tests/test_sim_deepspeed.py)
+    assert any("own DeepSpeed program" in t and "equal to real DeepSpeed ranks" in t and "unchecked on a GPU" in t
+               for t in lines)
     assert not any("beyond the per-rank ZeRO" in t for t in lines)
     assert not any("no speed model in these records" in t for t in lines)   # the 7B cells carry one
     assert not any("not searched" in t for t in scope.section(df, read_fits(FITS_CSV))["lines"])

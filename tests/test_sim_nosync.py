@@ -15,9 +15,9 @@ import pytest
 from bench.cells import matrix
 from bench.cells.matrixfile import MatrixError
 from bench.estimate import replay
-from tests.rank_traces import GLOO_COPY_OP, peaks
+from tests.rank_traces import GLOO_COPY_OP, peaks, step_allocations
 from tests.test_sim_fsdp1 import PEFT_BUILD_BYTES
-from tests.test_sim_ranks import MESH_BYTES, step_allocations
+from tests.test_sim_ranks import MESH_BYTES
 
 pytestmark = pytest.mark.slow
 # FSDP1 with a LoRA model whose layers are whole units (the largest no_sync effect), and FSDP2's full fine-tune;

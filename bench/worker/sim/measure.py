@@ -44,19 +44,19 @@ class Measured:
 def model_facts(model, rounding) -> dict:
     """What a sharded cell's record reads off the built model (plain data: it crosses a fork):
     ``units`` (parameter and gradient bytes per gather unit, bench/worker/sim/sharding.py
-    ``unit_bytes``: a DTensor's numel is the whole weight's), ``largest_param_bytes``,
+    ``unit_bytes``: whole weights, ``whole_numel``, on a ZeRO-3 rank too), ``largest_param_bytes``,
     ``quant_state_bytes`` (bitsandbytes' state, replicated on every rank), ``weights_bytes`` and
     ``trainable_bytes`` (every weight, the trainable ones: what the collectives move), ``trainable_numels``
     (each trainable parameter's elements, in the model's order: a ZeRO-1/2 optimizer's one group)."""
     from bench.worker import dist as dist_mod
     from bench.worker.sim import sharding
     params = list(model.parameters())
-    nbytes = [p.numel() * p.element_size() for p in params]
+    nbytes = [sharding.whole_numel(p) * p.element_size() for p in params]
     return {"units": [list(u) for u in sharding.unit_bytes(model, rounding)],
             "largest_param_bytes": max(nbytes, default=0),
             "quant_state_bytes": dist_mod.quant_state_bytes(model, rounding),
             "weights_bytes": sum(nbytes),
-            "trainable_numels": [p.numel() for p in params if p.requires_grad],
+            "trainable_numels": [sharding.whole_numel(p) for p in params if p.requires_grad],
             "trainable_bytes": sum(n for n, p in zip(nbytes, params) if p.requires_grad)}
 
 

@@ -59,9 +59,9 @@ def measured(spec: dict, cuda_model: bool, meanwhile=None) -> tuple[dict, Measur
                   or measure(spec, cuda_model, per_rank=False))
     rank_spec = at_rank(spec, single.facts) if single is not None else spec
     m = layers.extended(rank_spec, cuda_model, meanwhile=meanwhile) or measure(rank_spec, cuda_model)
-    if single is None and at_rank(spec, m.facts) is not spec:  # rank 0 is not the peak rank: that one's
-        rank_spec = at_rank(spec, m.facts)
-        m = layers.extended(rank_spec, cuda_model) or measure(rank_spec, cuda_model)
+    peak = at_rank(spec, m.facts) if single is None else rank_spec
+    if peak is not rank_spec:  # rank 0 is not the peak rank: that one's
+        rank_spec, m = peak, layers.extended(peak, cuda_model) or measure(peak, cuda_model)
     if spec["knobs"]["dist"] in EVERY_RANK:
         for rank in range(1, spec["world_size"]):
             other = dict(spec, sim_rank=rank)

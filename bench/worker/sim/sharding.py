@@ -9,6 +9,13 @@ from bench.estimate.partition import (GATHERS, LABEL, OFFLOADED, PARTITIONED, de
 from bench.worker.decoder import decoder_layers
 
 
+def whole_numel(p) -> int:
+    """A parameter's elements as stored, whole: a ZeRO-3 rank's parameter is an empty placeholder beside its
+    partition (``ds_numel`` keeps the whole size); any other parameter's own (an FSDP2 DTensor's is the whole
+    weight's, a packed 4-bit weight's its packed storage)."""
+    return p.ds_numel if hasattr(p, "ds_numel") else p.numel()
+
+
 def unit_bytes(model, rounding=lambda n: n, numel: bool = False) -> list[tuple[int, int]]:
     """(parameter bytes, gradient bytes) per gather unit, in forward order: the input embedding,
     each decoder layer, and the rest (final norm, output head). ``numel``: elements instead of bytes."""
@@ -23,7 +30,7 @@ def unit_bytes(model, rounding=lambda n: n, numel: bool = False) -> list[tuple[i
             if id(p) in seen:
                 continue
             seen.add(id(p))
-            b = p.numel() if numel else rounding(p.numel() * p.element_size())
+            b = whole_numel(p) if numel else rounding(whole_numel(p) * p.element_size())
             pb += b
             gb += b if p.requires_grad else 0
         return pb, gb
