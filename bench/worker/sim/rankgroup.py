@@ -31,7 +31,8 @@ from bench.worker import onerank
 from bench.worker.sim import dtensor_flag, fake_pointers, zerorank
 from bench.worker.onerank import LOAD_OP, start_from_shards  # noqa: F401  (sim's names for them)
 
-HOW = ("rank 0's own program: the step run under fake tensors with FSDP2 (fully_shard; CPUOffloadPolicy for "
+HOW = ("one rank's own program (details.rank_program.rank: rank 0, or the rank that peaks, "
+       "bench/worker/sim/rankrun.py): the step run under fake tensors with FSDP2 (fully_shard; CPUOffloadPolicy for "
        "fsdp-offload), FSDP1 (FullyShardedDataParallel as accelerate wraps it) or DeepSpeed's ZeRO engine "
        "(deepspeed.initialize) over torch's fake process group of the cell's world size; its allocation trace is "
        "the rank's, replayed as the rank's")
@@ -43,7 +44,7 @@ def traced(spec: dict) -> bool:
 
 @contextlib.contextmanager
 def ranks(spec: dict):
-    """Rank ``spec["sim_rank"]`` (0 unless named: ZeRO-1/2's peak rank, bench/worker/sim/simulate.py) of
+    """Rank ``spec["sim_rank"]`` (0 unless named: the rank that peaks, bench/worker/sim/rankrun.py) of
     the cell's world size under the fake process group, and its device mesh (bench/worker/onerank.py)."""
     if not traced(spec):
         yield None
