@@ -80,6 +80,8 @@ def parser() -> argparse.ArgumentParser:
                                       "LLaMA-Factory or torchtune YAML")
     fit.add_argument("--format", choices=["trl", "axolotl", "llamafactory", "torchtune"],
                      help="the --config's format (default: told from its keys)")
+    fit.add_argument("--launch-config", help="accelerate's config file the --config runs under (accelerate launch "
+                                             "--config_file FILE): its engine, processes and precision")
     fit.add_argument("--gpu", required=True,
                      help=f"a GPU profile of matrix/gpus.yaml ({', '.join(fitcells.cuda_profiles())}) in any case, "
                           "or as people type it (4090, 'RTX 4090', h100), or NxGPU for N of them (2xrtx-4090)")
@@ -119,6 +121,7 @@ def parser() -> argparse.ArgumentParser:
     meas.add_argument("model", nargs="?", help="as for fit: a matrix model name, a config.json path or a Hub id")
     meas.add_argument("--config", help="a training config, as for fit")
     meas.add_argument("--format", choices=["trl", "axolotl", "llamafactory", "torchtune"])
+    meas.add_argument("--launch-config", help="accelerate's config file, as for fit")
     meas.add_argument("--gpu", required=True, help="the GPU profile to run as (runs are capped to its memory)")
     meas.add_argument("--techniques", help="comma-separated recipes (default: the 7-8B study's)")
     meas.add_argument("--seq", type=int, help="sequence length (default 2048)")
@@ -136,7 +139,7 @@ def measure_main(args, techniques, say) -> int:
     """``ft-membench measure`` (bench/fit/measure.py); bad input is ``main``'s, as for fit."""
     from bench.fit import measure
     q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
-                          args.trust_remote_code)
+                          args.trust_remote_code, args.launch_config)
     gpu, _ = fitgpus.resolve(args.gpu, fitcells.cuda_profiles(), None)
     chosen = fitcells.canonical_techniques(q.techniques or fitcells.default_techniques())[0]
     cells = {m: fitcells.specs(q.model, gpu, chosen, q.seq, q.batch, q.options, args.trust_remote_code, mode=m,
@@ -203,7 +206,7 @@ def _fit(args) -> int:
     if techniques == []:
         raise fitinput.Usage("--techniques: empty list")
     q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
-                          args.trust_remote_code)
+                          args.trust_remote_code, args.launch_config)
     gpu, n_gpus = fitgpus.resolve(args.gpu, fitcells.cuda_profiles(), args.gpus)
     if args.dataset or args.lengths:
         if args.dataset and args.lengths:

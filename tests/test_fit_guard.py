@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.fit import guard, tofit
 from bench.cells import hubmodel, trainconfig
 
@@ -138,6 +140,7 @@ def test_trl_examples():
 
 def test_a_deepspeed_config_is_a_zero_stage(tmp_path):
     (tmp_path / "ds.json").write_text(json.dumps({"zero_optimization": {"stage": 3, "offload_optimizer":
+                                                                        {"device": "cpu"}, "offload_param":
                                                                         {"device": "cpu"}}}))
     (tmp_path / "args.json").write_text(json.dumps({"model_name_or_path": "Qwen/Qwen2.5-0.5B", "bf16": True,
                                                     "deepspeed": "ds.json", "per_device_train_batch_size": 2,
@@ -152,6 +155,26 @@ def test_a_deepspeed_config_is_a_zero_stage(tmp_path):
     r = trainconfig.read(tmp_path / "ddp.json")
     assert r.techniques() == ["amp-bf16", "adamw8bit"]  # plain DDP: per rank as one process, said so
     assert any(i["key"] == "processes" and "replicates" in i["reason"] for i in r.ignored)
+
+
+@pytest.mark.parametrize("stage, moved, answer", [
+    (3, ("offload_optimizer",), "only offload_optimizer"), (3, ("offload_param",), "only offload_param"),
+    (1, ("offload_optimizer",), "ZeRO-1 with its optimizer offloaded"), (2, ("offload_optimizer",), "zero2-offload"),
+    (2, ("offload_param",), "zero2"), (3, (), "zero3")])
+def test_a_deepspeed_offload_is_answered_only_as_the_engine_that_moves_the_same(tmp_path, stage, moved, answer):
+    """zero3-offload moves the optimizer and the parameters: a ZeRO-3 config moving one of them answered so would
+    be low by the shards it keeps on the GPU (refused, naming the key); ZeRO-1/2 move no parameters (DeepSpeed
+    reads offload_param under stage 3 only), and ZeRO-1's optimizer offload is not simulated."""
+    zero = {"stage": stage, **{k: {"device": "cpu"} for k in moved}}
+    (tmp_path / "args.json").write_text(json.dumps({"model_name_or_path": "Qwen/Qwen2.5-0.5B", "bf16": True,
+                                                    "deepspeed": {"zero_optimization": zero}}))
+    if answer.startswith(("only", "ZeRO-1")):
+        with pytest.raises(trainconfig.ConfigError, match=f"deepspeed.zero_optimization.*{answer}"):
+            trainconfig.read(tmp_path / "args.json")
+        return
+    r = trainconfig.read(tmp_path / "args.json")
+    assert r.techniques()[-1] == answer
+    assert ("offload_param" in moved and stage < 3) == any("offload_param" in i["key"] for i in r.ignored)
 
 
 def test_a_bad_config_is_bad_input(tmp_path):

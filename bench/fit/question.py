@@ -1,6 +1,7 @@
 """The fit command's question from what the user gives: a MODEL argument (a matrix name, a
 config path, a Hugging Face id) and/or ``--config FILE`` (a TRL/transformers, axolotl,
-LLaMA-Factory or torchtune training config, bench/cells/trainconfig).
+LLaMA-Factory or torchtune training config, bench/cells/trainconfig), with ``--launch-config FILE``
+(accelerate's config file it runs under, bench/cells/trainconfig/launch.py).
 
 ``question`` returns the model argument the matrix loader resolves (a Hub id's config.json is
 first put in the local Hub cache by bench/cells/hubmodel.py, or the id is answered by the matrix model
@@ -55,12 +56,15 @@ def anchored(text: str, base: Path) -> str:
 
 
 def question(model: str | None, config: str | None, fmt: str | None, techniques: list[str] | None,
-             seq: int | None, batch: int | None, trust_remote_code: bool = False) -> Question:
+             seq: int | None, batch: int | None, trust_remote_code: bool = False,
+             launch_config: str | None = None) -> Question:
     recipe = None
     options: dict = {}
+    if launch_config and not config:
+        raise Usage(f"--launch-config {launch_config}: give the training config it launches with --config")
     if config:
         try:
-            recipe = trainconfig.read(config, fmt)
+            recipe = trainconfig.read(config, fmt, launch_config)
         except trainconfig.ConfigError as exc:
             raise Usage(str(exc)) from None
         if techniques is None:  # the config's one recipe, a '+'-joined combination

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.cells.trainconfig import axolotl, hf, llamafactory, parallel, reading, stage, torchtune
-from bench.cells.trainconfig.recipe import Invalid, Recipe
+from bench.cells.trainconfig import axolotl, hf, launch, llamafactory, parallel, reading, stage, torchtune
+from bench.cells.trainconfig.recipe import Invalid, Recipe, deepspeed_fp16
 
 FORMATS = {"torchtune": torchtune.read, "axolotl": axolotl.read, "llamafactory": llamafactory.read, "trl": hf.read}
 
@@ -42,16 +42,31 @@ def detect(doc: dict) -> str | None:
     return None
 
 
-def read(path, fmt: str | None = None) -> Recipe:
-    path = Path(path).expanduser()
+def _mapping(path: Path, flag: str) -> dict:
     try:   # as the matrix is read: a bounded regular file, the strict safe loader (trainconfig/reading.py)
-        doc = reading.load(path, "--config")
+        doc = reading.load(path, flag)
     except reading.ReadError as exc:
         raise ConfigError(str(exc)) from None
     if not isinstance(doc, dict):
-        raise ConfigError(f"--config {path}: a training config is a mapping of settings, not "
-                          f"{type(doc).__name__}")
+        raise ConfigError(f"{flag} {path}: a {'training' if flag == '--config' else 'launch'} config is a mapping "
+                          f"of settings, not {type(doc).__name__}")
+    return doc
+
+
+def read(path, fmt: str | None = None, launch_path=None) -> Recipe:
+    """``launch_path``: accelerate's config file the run is launched with (trainconfig/launch.py)."""
+    path = Path(path).expanduser()
+    doc = _mapping(path, "--config")
     fmt = fmt or detect(doc)
+    origin, skipped = {}, []
+    if launch_path is not None:
+        launch_path = Path(launch_path).expanduser()
+        launch_doc = _mapping(launch_path, "--launch-config")
+        try:
+            parallel.check(launch_doc)
+            doc, origin, skipped = launch.merged(doc, launch_doc, str(launch_path), fmt)
+        except Invalid as exc:
+            raise ConfigError(f"--launch-config {launch_path}: {exc}") from None
     try:   # a preference or RL stage: an SFT answer would be too low (trainconfig/stage.py); tensor, context,
         stage.check(doc, fmt)   # sequence or pipeline parallelism, or HSDP: another run's answer (trainconfig/parallel.py)
         parallel.check(doc)
@@ -65,6 +80,10 @@ def read(path, fmt: str | None = None) -> Recipe:
     try:
         recipe = FORMATS[fmt](doc, str(path))
     except Invalid as exc:   # a memory-relevant value that cannot be what the config means
+        top = exc.key.split(".", 1)[0]
+        if top in origin:    # set by the launch file: named there
+            raise ConfigError(f"--launch-config {launch_path}: {origin[top].split(': ', 1)[1]}"
+                              f"{exc.key[len(top):]}: {exc.shown}: {exc.reason}") from None
         raise ConfigError(f"--config {path}: {exc}") from None
     for key in PROCESS_KEYS:  # processes, where the config states them (accelerate/torchrun spellings)
         if isinstance(doc.get(key), int) and not isinstance(doc[key], bool) and doc[key] >= 1:
@@ -72,6 +91,13 @@ def read(path, fmt: str | None = None) -> Recipe:
             recipe.world = doc[key]
             recipe.took(key, doc[key], f"{doc[key]} processes (w{doc[key]} with ZeRO/FSDP)")
             break
+    deepspeed_fp16(recipe)
+    for item in recipe.mapped + recipe.ignored:   # what the launch file set is named as it is written there
+        top = item["key"].split(".", 1)[0]
+        if top in origin:
+            item["key"] = origin[top] + item["key"][len(top):]
+    for key, value, why in skipped:
+        recipe.skip(f"{launch_path.name}: {key}", value, why)
     try:
         recipe.techniques()
     except ValueError as exc:

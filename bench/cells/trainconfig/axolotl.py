@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from bench.cells.trainconfig.hf import rest
-from bench.cells.trainconfig.recipe import (Recipe, _true, accumulation, autocast_for_sharded_qlora, ds_dist, fsdp_dist,
+from bench.cells.trainconfig.fsdpmode import fsdp_dist
+from bench.cells.trainconfig.recipe import (Recipe, _true, accumulation, autocast_for_sharded_qlora, ds_dist,
                                            positive_int)
 
 

@@ -15,7 +15,8 @@ either way fp32 extras unless a TRL 1.x config loads in 16 bits (``qlora-fp32`` 
 """
 from __future__ import annotations
 
-from bench.cells.trainconfig.recipe import (Recipe, _true, accumulation, autocast_for_sharded_qlora, ds_dist, fsdp_dist,
+from bench.cells.trainconfig.fsdpmode import fsdp_dist
+from bench.cells.trainconfig.recipe import (Recipe, _true, accumulation, autocast_for_sharded_qlora, ds_dist,
                                            positive_int, sync_each_batch)
 
 def training_args(doc: dict, r: Recipe, weights_16bit: bool) -> set[str]:

@@ -21,7 +21,7 @@ class Invalid(ValueError):
     def __init__(self, key: str, value, reason: str):
         shown = repr(value) if isinstance(value, (str, int, float, bool)) else f"({type(value).__name__})"
         super().__init__(f"{key}: {shown[:80]}: {reason}")
-        self.key = key
+        self.key, self.shown, self.reason = key, shown[:80], reason
 
 
 # transformers' OptimizerNames / axolotl / LLaMA-Factory spellings -> the catalogue's optimizers
@@ -173,18 +173,6 @@ class Recipe:
                 "mapped": self.mapped, "ignored": self.ignored}
 
 
-def fsdp_dist(doc: dict, key: str, recipe: Recipe) -> None:
-    """FSDP as accelerate runs it: FSDP1 (``FullyShardedDataParallel``) unless the config asks for
-    version 2 (``fsdp_version: 2``, at the top or in ``fsdp_config``, or transformers' ``fsdp_config``
-    ``version``): accelerate's FullyShardedDataParallelPlugin defaults to ``fsdp_version`` 1."""
-    cfg = doc.get("fsdp_config") if isinstance(doc.get("fsdp_config"), dict) else {}
-    version = cfg.get("fsdp_version", cfg.get("version", doc.get("fsdp_version", 1)))
-    two = str(version).strip() == "2"
-    recipe.dist = "fsdp" if two else "fsdp1"
-    recipe.took(key, doc.get(key) or f"({key})", "fsdp (FSDP2: version 2)" if two
-                else "fsdp1 (FSDP1: accelerate's default fsdp_version 1)")
-
-
 # A step's micro-batches after the third add only their token tensors under no_sync: the first allocates the
 # unsharded gradients, the second accumulates into them, the last reduces them (tests/test_sim_nosync.py)
 NO_SYNC_MICRO_BATCHES = 3
@@ -236,6 +224,17 @@ def autocast_for_sharded_qlora(recipe: Recipe, key: str) -> None:
                               "on FSDP1 runs under (its adapters fp32, its shards bf16)"})
 
 
+def deepspeed_fp16(recipe: Recipe) -> None:
+    """fp16 under DeepSpeed is DeepSpeed's fp16 mode, not autocast: the engine holds the weights in fp16 (the
+    bytes of bf16) and its ZeRO optimizer fp32 master partitions, as in its bf16 mode (the HF Trainer writes
+    ``fp16.enabled`` into the DeepSpeed config from ``fp16``/``mixed_precision``). The catalogue has no
+    autocast fp16 under ZeRO (no gradient scaler), so read as ``amp-fp16`` the sharding would be dropped."""
+    if (recipe.dist or "").startswith("zero") and recipe.precision == "amp-fp16":
+        recipe.precision = "bf16"
+        recipe.mapped.append({"key": "fp16", "value": True, "as": "bf16: DeepSpeed's fp16 mode holds 16-bit weights "
+                              "(fp16, the bytes of bf16) and fp32 master partitions, as its bf16 mode does"})
+
+
 def ds_dist(doc, key: str, recipe: Recipe) -> None:
     """A DeepSpeed config (a dict, or a path to its JSON, read as --config is: bounded, a regular
     file) -> zero<stage>[-offload]. A file that cannot be read, a config that is no object, or a
@@ -268,11 +267,22 @@ def ds_dist(doc, key: str, recipe: Recipe) -> None:
     if stage == 0:
         recipe.skip(key, doc, "ZeRO stage 0: nothing sharded")
         return
-    offload = any(isinstance(zero.get(k), dict) and zero[k].get("device") in ("cpu", "nvme")
-                  for k in ("offload_optimizer", "offload_param"))
-    name = f"zero{stage}" + ("-offload" if offload and stage in (2, 3) else "")
+    moved = {k for k in ("offload_optimizer", "offload_param")
+             if isinstance(zero.get(k), dict) and zero[k].get("device") in ("cpu", "nvme")}
+    offload = bool(moved) if stage == 3 else "offload_optimizer" in moved   # stages 1-2 move no parameters
+    why = (None if stage == 3 and len(moved) in (0, 2) or stage == 2 else
+           "ZeRO-1 with its optimizer offloaded is not simulated (zero2-offload is)" if stage == 1 and offload else
+           None if stage == 1 else
+           f"ZeRO-3 with only {next(iter(moved))} on {zero[next(iter(moved))]['device']} is not simulated: zero3-offload "
+           "moves both the optimizer and the parameters, and answered so the figure would be low; zero3 moves neither")
+    if why:
+        raise Invalid(f"{key}.zero_optimization", "(offload)", why)
+    name = f"zero{stage}" + ("-offload" if offload else "")
     recipe.dist = name
     recipe.took(key, doc if isinstance(doc, str) else "(inline)", name)
+    if "offload_param" in moved and stage < 3:
+        recipe.skip(f"{key}.zero_optimization.offload_param", zero["offload_param"].get("device"),
+                    f"ZeRO-{stage} shards no parameters: DeepSpeed offloads parameters under stage 3 only")
 
 
 def bounded(value, limit: int = 200):
