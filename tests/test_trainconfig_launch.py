@@ -94,6 +94,9 @@ def test_a_launch_deepspeed_file_is_read_relative_to_the_launch_config(tmp_path)
     (True, {"fsdp_reshard_after_forward": False}, "SHARD_GRAD_OP keeps"),
     ("full_shard offload", {}, "FSDP1 with CPU offload"),
     (True, {"fsdp_sharding_strategy": "EVERYTHING"}, "not an FSDP sharding strategy"),
+    (True, {"fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}, "fsdp1"),
+    (True, {"auto_wrap_policy": "NO_WRAP"}, "NO_WRAP makes the whole model one FSDP unit"),
+    (True, {"fsdp_auto_wrap_policy": "SIZE_BASED_WRAP", "min_num_params": 10 ** 8}, "SIZE_BASED_WRAP units"),
 ])
 def test_fsdp_sharding_and_offload_are_read_or_refused(tmp_path, fsdp, config, answer):
     """transformers' fsdp options and fsdp_config (the fsdp_ prefix stripped), accelerate's strategy names and
@@ -106,6 +109,13 @@ def test_fsdp_sharding_and_offload_are_read_or_refused(tmp_path, fsdp, config, a
     techniques = trainconfig.read(path).techniques()
     dist = [t for t in techniques if t in ("fsdp", "fsdp1", "fsdp-offload")]
     assert dist == ([answer] if answer else [])
+
+
+def test_a_launch_config_naming_no_wrap_policy_is_accelerates_no_wrap(tmp_path):
+    (tmp_path / "accel.yaml").write_text("distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 2\n")
+    with pytest.raises(trainconfig.ConfigError, match=r"--launch-config .*accel.yaml: fsdp_config.auto_wrap_policy: "
+                                                      r"'NO_WRAP': NO_WRAP makes the whole model one FSDP unit"):
+        trainconfig.read(sft(tmp_path), launch_path=tmp_path / "accel.yaml")
 
 
 def test_fsdps_activation_checkpointing_is_gc(tmp_path):

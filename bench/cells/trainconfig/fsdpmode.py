@@ -9,7 +9,8 @@ The settings are read where the libraries read them:
   ``version``, ``sharding_strategy``, ``reshard_after_forward``, ``offload_params``, ``activation_checkpointing``);
 - accelerate's config file (``fsdp_config`` with ``fsdp_version``, ``fsdp_sharding_strategy`` as a name or
   accelerate's number 1-5, ``fsdp_reshard_after_forward``, ``fsdp_offload_params``,
-  ``fsdp_activation_checkpointing``), which bench/cells/trainconfig/launch.py hands here as the same keys.
+  ``fsdp_activation_checkpointing``, ``fsdp_auto_wrap_policy``), which bench/cells/trainconfig/launch.py hands
+  here as the same keys.
 
 What the catalogue simulates is full sharding (FSDP1's FULL_SHARD, FSDP2's ``reshard_after_forward=True``),
 FSDP2 with CPU offload, and no sharding as data parallelism. Anything else is refused naming the key
@@ -18,7 +19,8 @@ backward) and FSDP2 without resharding after forward hold more than full shardin
 would be low, the direction in which a guard says "fits" and the run dies; HSDP replicates across nodes
 (bench/cells/trainconfig/parallel.py refuses its accelerate spelling too); FSDP1 with CPU offload
 (``CPUOffload(offload_params=True)``) is not simulated, and answered as FSDP1 on the GPU it would be high by
-every shard it moves. Torch-free.
+every shard it moves; units other than the decoder layers (NO_WRAP, SIZE_BASED_WRAP) are not simulated either.
+Torch-free.
 """
 from __future__ import annotations
 
@@ -33,6 +35,14 @@ NOT_SIMULATED = {
                     "simulate",
     "hybrid_shard_zero2": "HYBRID_SHARD_ZERO2 (HSDP with SHARD_GRAD_OP within a node) is not simulated",
 }
+
+# accelerate's FSDP_AUTO_WRAP_POLICY: the catalogue's units are the decoder layers (TRANSFORMER_BASED_WRAP, the
+# default of transformers' fsdp_config); accelerate's own default, where its config names none, is NO_WRAP
+WRAPS = {"NO_WRAP": "NO_WRAP makes the whole model one FSDP unit, gathered whole in forward and backward; "
+                    "ft-membench simulates one unit per decoder layer (TRANSFORMER_BASED_WRAP), and answered so the "
+                    "figure would be low (accelerate's default where its config names no fsdp_auto_wrap_policy)",
+         "SIZE_BASED_WRAP": "SIZE_BASED_WRAP units by parameter count (min_num_params) are not simulated; "
+                            "ft-membench's units are the decoder layers (TRANSFORMER_BASED_WRAP)"}
 
 
 def _config(doc: dict) -> dict:
@@ -88,6 +98,9 @@ def fsdp_dist(doc: dict, key: str, recipe: Recipe) -> None:
         strategy, where = "shard_grad_op", f"{cfg_key}.reshard_after_forward"
     if strategy in NOT_SIMULATED:
         raise Invalid(where, doc.get(key) if where == key else cfg.get(where.split(".", 1)[1]), NOT_SIMULATED[strategy])
+    policy = str(cfg.get("auto_wrap_policy") or "TRANSFORMER_BASED_WRAP").strip().upper()
+    if policy != "TRANSFORMER_BASED_WRAP":
+        raise Invalid(f"{cfg_key}.auto_wrap_policy", cfg.get("auto_wrap_policy"), WRAPS.get(policy, "not an FSDP wrap policy"))
     offload_key = "offload" if "offload" in words else (f"{cfg_key}.offload_params"
                                                          if _true(cfg.get("offload_params")) else None)
     if strategy == "no_shard":

@@ -82,7 +82,9 @@ def merged(doc: dict, launch: dict, launch_file: str, fmt: str | None) -> tuple[
                                                        "Trainer applies"))
         elif kind == "FSDP":
             out["fsdp"] = True
-            out["fsdp_config"] = launch.get("fsdp_config") if isinstance(launch.get("fsdp_config"), dict) else {}
+            cfg = launch.get("fsdp_config") if isinstance(launch.get("fsdp_config"), dict) else {}
+            # accelerate's FullyShardedDataParallelPlugin: no fsdp_auto_wrap_policy is NO_WRAP (one unit)
+            out["fsdp_config"] = {"fsdp_auto_wrap_policy": "NO_WRAP", **cfg}
             origin.update(fsdp=f"{name}: distributed_type", fsdp_config=f"{name}: fsdp_config")
         else:
             cfg = launch.get("deepspeed_config") if isinstance(launch.get("deepspeed_config"), dict) else {}
