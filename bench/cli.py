@@ -138,9 +138,9 @@ def parser() -> argparse.ArgumentParser:
 def measure_main(args, techniques, say) -> int:
     """``ft-membench measure`` (bench/fit/measure.py); bad input is ``main``'s, as for fit."""
     from bench.fit import measure
+    gpu, n_gpus = fitgpus.resolve(args.gpu, fitcells.cuda_profiles(), None)
     q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
-                          args.trust_remote_code, args.launch_config)
-    gpu, _ = fitgpus.resolve(args.gpu, fitcells.cuda_profiles(), None)
+                          args.trust_remote_code, args.launch_config, n_gpus)
     chosen = fitcells.canonical_techniques(q.techniques or fitcells.default_techniques())[0]
     cells = {m: fitcells.specs(q.model, gpu, chosen, q.seq, q.batch, q.options, args.trust_remote_code, mode=m,
                                ranks=args.ranks if m == "cuda" and args.ranks != "all" else None)
@@ -205,9 +205,9 @@ def _fit(args) -> int:
         raise fitinput.Usage(f"--host-mem: {exc}") from None
     if techniques == []:
         raise fitinput.Usage("--techniques: empty list")
-    q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
-                          args.trust_remote_code, args.launch_config)
     gpu, n_gpus = fitgpus.resolve(args.gpu, fitcells.cuda_profiles(), args.gpus)
+    q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
+                          args.trust_remote_code, args.launch_config, n_gpus)
     if args.dataset or args.lengths:
         if args.dataset and args.lengths:
             raise fitinput.Usage("--dataset and --lengths: give one")

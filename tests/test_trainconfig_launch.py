@@ -131,3 +131,23 @@ def test_the_cli_reads_the_launch_config_and_asks_for_the_training_config(tmp_pa
     proc = fit(["--config", str(sft(tmp_path, load_in_4bit=True, bf16=True)), "--launch-config",
                 str(CONFIGS / "accelerate-trl-fsdp_qlora.yaml"), "--gpu", "h100", "--no-search"], tmp_path)
     assert proc.returncode == 2 and "FSDP1 with CPU offload" in proc.stderr and proc.stdout == ""
+
+
+def test_torchtunes_distributed_config_on_several_gpus_is_its_fsdp2_recipe(tmp_path):
+    """torchtune's launch command, not its config, says how many GPUs (tune run --nproc_per_node 8
+    lora_finetune_distributed): on --gpus 8 its config is FSDP2 at w8, on one GPU the single-device step."""
+    from bench.fit.question import Usage, question
+    config = str(CONFIGS / "torchtune-llama3_1-70B_lora.yaml")
+    one = question(None, config, None, None, None, None)
+    assert one.techniques == ["lora+gc+bf16+adamw-fused+chunked-ce"]
+    eight = question(None, config, None, None, None, None, gpus=8)
+    assert eight.techniques == ["lora+gc+bf16+adamw-fused+chunked-ce+fsdp+w8"] and eight.batch == 2
+    assert any(m["key"] == "--gpus" and "fully_shard" in m["as"] for m in eight.recipe.mapped)
+    text = (CONFIGS / "torchtune-llama3_1-70B_lora.yaml").read_text()
+    (tmp_path / "offload.yaml").write_text(text + "fsdp_cpu_offload: True\n")
+    assert question(None, str(tmp_path / "offload.yaml"), None, None, None, None, gpus=2).techniques[0] \
+        .endswith("+fsdp-offload+w2")
+    (tmp_path / "keep.yaml").write_text(text + "fsdp_reshard_after_forward: False\n")
+    assert question(None, str(tmp_path / "keep.yaml"), None, None, None, None).techniques[0].endswith("chunked-ce")
+    with pytest.raises(Usage, match="fsdp_reshard_after_forward: False keeps every unit's parameters gathered"):
+        question(None, str(tmp_path / "keep.yaml"), None, None, None, None, gpus=2)

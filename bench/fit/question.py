@@ -57,7 +57,7 @@ def anchored(text: str, base: Path) -> str:
 
 def question(model: str | None, config: str | None, fmt: str | None, techniques: list[str] | None,
              seq: int | None, batch: int | None, trust_remote_code: bool = False,
-             launch_config: str | None = None) -> Question:
+             launch_config: str | None = None, gpus: int = 1) -> Question:
     recipe = None
     options: dict = {}
     if launch_config and not config:
@@ -65,8 +65,11 @@ def question(model: str | None, config: str | None, fmt: str | None, techniques:
     if config:
         try:
             recipe = trainconfig.read(config, fmt, launch_config)
+            recipe.on_gpus(gpus)
         except trainconfig.ConfigError as exc:
             raise Usage(str(exc)) from None
+        except trainconfig.Invalid as exc:
+            raise Usage(f"--config {config}: {exc}") from None
         if techniques is None:  # the config's one recipe, a '+'-joined combination
             techniques = ["+".join(recipe.techniques())]
         options = recipe.options()

@@ -54,6 +54,10 @@ class Recipe:
     seq: int | None = None
     extra: list[str] = field(default_factory=list)  # other catalogue names: eager, chunked-ce, act-offload, compile
     micro_batches: int = 1              # a step's micro-batches as simulated (no-sync+ga<N>; see accumulation())
+    # the engine the config's recipe shards with when launched on several GPUs, where the launch command and
+    # not the config chooses it (torchtune's *_distributed recipes: FSDP2), and why it cannot be answered
+    several: str | None = None
+    several_refused: str | None = None
     lora: dict = field(default_factory=dict)   # technique_options.lora: r, alpha, dropout, target_modules
     # how the trainer draws batches (fit --dataset): seed, sampling, padding_free, pad_to_multiple_of
     epoch: dict = field(default_factory=dict)
@@ -119,6 +123,17 @@ class Recipe:
         if self.adapter is None and self.precision is None and names == []:
             return ["baseline"]
         return names or ["baseline"]
+
+    def on_gpus(self, n: int) -> None:
+        """The recipe launched on ``n`` GPUs: where the config names no engine but its library runs one there
+        (``several``), that engine at world size ``n``. Invalid where it cannot be answered."""
+        if n <= 1 or self.dist or not self.several:
+            return
+        if self.several_refused:
+            raise Invalid("--gpus", n, self.several_refused)
+        self.dist, self.world = self.several, n
+        self.took("--gpus", n, f"{self.several}+w{n}: torchtune's distributed recipes (tune run --nproc_per_node {n} "
+                               "..._distributed) shard every decoder layer and the model with FSDP2 (fully_shard)")
 
     def options(self) -> dict:
         """The study's technique_options the config sets (LoRA's rank, alpha, dropout, targets)."""

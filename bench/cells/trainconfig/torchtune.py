@@ -22,7 +22,7 @@ def read(doc: dict, file: str) -> Recipe:
     r = Recipe(file, "torchtune")
     used = {"model", "tokenizer", "batch_size", "dtype", "enable_activation_checkpointing", "optimizer",
             "enable_activation_offloading", "compile", "loss", "gradient_accumulation_steps", "optimizer_in_bwd",
-            "packed", "dataset"}
+            "packed", "dataset", "fsdp_cpu_offload", "fsdp_reshard_after_forward", "custom_sharded_layers"}
     model = doc.get("model") or {}
     builder = str(model.get("_component_", "")).rsplit(".", 1)[-1] if isinstance(model, dict) else ""
     for pattern, repo in BUILDERS.items():
@@ -99,6 +99,7 @@ def read(doc: dict, file: str) -> Recipe:
     if "gradient_accumulation_steps" in doc:
         r.skip("gradient_accumulation_steps", doc["gradient_accumulation_steps"],
                "accumulation repeats the batch's step: the peak is batch_size's")
+    distributed(doc, r)
     ds = doc.get("dataset") or {}
     if isinstance(ds, dict) and _true(ds.get("packed")) or _true(doc.get("packed")):
         r.packing = True
@@ -107,3 +108,23 @@ def read(doc: dict, file: str) -> Recipe:
         r.skip("dataset", ds.get("_component_", "(dataset)"), "the data themselves: answered on fixed-shape rows")
     rest(doc, used, r)
     return r
+
+
+def distributed(doc: dict, r: Recipe) -> None:
+    """What the config's recipe runs on several GPUs: torchtune's *_distributed recipes shard with FSDP2
+    (``training.shard_model``: ``fully_shard`` on each decoder layer, then the model), with
+    ``cpu_offload=cfg.get("fsdp_cpu_offload", False)`` and ``reshard_after_forward=cfg.get(
+    "fsdp_reshard_after_forward", True)`` (recipes/lora_finetune_distributed.py, full_finetune_distributed.py).
+    The launch command, not the config, says how many GPUs (``--gpus``); on one GPU these keys do nothing."""
+    offload = _true(doc.get("fsdp_cpu_offload"))
+    r.several = "fsdp-offload" if offload else "fsdp"
+    if "fsdp_cpu_offload" in doc:
+        r.took("fsdp_cpu_offload", doc["fsdp_cpu_offload"], "fsdp-offload on several GPUs" if offload
+               else "no offload on several GPUs")
+    if "fsdp_reshard_after_forward" in doc and not _true(doc["fsdp_reshard_after_forward"]):
+        r.several_refused = ("fsdp_reshard_after_forward: False keeps every unit's parameters gathered from its "
+                             "forward to its backward, more than full sharding holds; ft-membench does not simulate it")
+    if doc.get("custom_sharded_layers"):
+        r.skip("custom_sharded_layers", doc["custom_sharded_layers"], "separate FSDP units for these layers are not "
+               "simulated (each decoder layer and the model are): they gather less at once, so the answer is high by "
+               "at most those layers' gathered weights")
