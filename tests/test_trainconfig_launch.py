@@ -118,6 +118,15 @@ def test_a_launch_config_naming_no_wrap_policy_is_accelerates_no_wrap(tmp_path):
         trainconfig.read(sft(tmp_path), launch_path=tmp_path / "accel.yaml")
 
 
+def test_an_fsdp_config_file_is_read_relative_to_the_training_config(tmp_path):
+    """transformers' fsdp_config may be the path of a JSON file: its version and offload are the run's."""
+    (tmp_path / "fsdp.json").write_text(json.dumps({"fsdp_version": 2, "fsdp_offload_params": True}))
+    assert "fsdp-offload" in trainconfig.read(sft(tmp_path, fsdp="full_shard", fsdp_config="fsdp.json",
+                                                  num_processes=2)).techniques()
+    with pytest.raises(trainconfig.ConfigError, match="fsdp_config: 'missing.json': .*missing.json"):
+        trainconfig.read(sft(tmp_path, fsdp="full_shard", fsdp_config="missing.json"))
+
+
 def test_fsdps_activation_checkpointing_is_gc(tmp_path):
     path = sft(tmp_path, gradient_checkpointing=False, fsdp="full_shard auto_wrap",
                fsdp_config={"fsdp_version": 2, "activation_checkpointing": True}, num_processes=2)

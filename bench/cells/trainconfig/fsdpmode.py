@@ -45,10 +45,23 @@ WRAPS = {"NO_WRAP": "NO_WRAP makes the whole model one FSDP unit, gathered whole
                             "ft-membench's units are the decoder layers (TRANSFORMER_BASED_WRAP)"}
 
 
-def _config(doc: dict) -> dict:
-    """``fsdp_config`` with transformers' normalisation: the ``fsdp_`` prefix dropped (a dict only; a path
-    to a JSON file is not read here and stays listed as ignored by the format's reader)."""
+def _config(doc: dict, recipe: Recipe) -> dict:
+    """``fsdp_config`` with transformers' normalisation: the ``fsdp_`` prefix dropped. transformers also takes
+    the path of a JSON file there: read as the DeepSpeed file is (bounded, relative to the config's folder)."""
     cfg = doc.get("fsdp_config")
+    if isinstance(cfg, str) and cfg.strip():
+        import json
+        from pathlib import Path
+        from bench.cells.trainconfig.reading import ReadError, read_text
+        path = Path(cfg).expanduser()
+        path = path if path.is_absolute() else Path(recipe.file).parent / path
+        try:
+            cfg = json.loads(read_text(path, "FSDP config"))
+        except ReadError as exc:
+            raise Invalid("fsdp_config", doc["fsdp_config"], str(exc)) from None
+        except ValueError as exc:
+            raise Invalid("fsdp_config", doc["fsdp_config"], f"the FSDP config {path} is not valid JSON: "
+                                                           f"{' '.join(str(exc).split())}") from None
     if not isinstance(cfg, dict):
         return {}
     return {(k[5:] if isinstance(k, str) and k.startswith("fsdp_") else k): v for k, v in cfg.items()}
@@ -76,7 +89,7 @@ def fsdp_dist(doc: dict, key: str, recipe: Recipe) -> None:
     unless the config asks for version 2 (``fsdp_version``/``version`` 2, at the top or in ``fsdp_config``:
     accelerate's FullyShardedDataParallelPlugin defaults to 1); its sharding, offload and activation
     checkpointing as the module docstring says. Invalid for what is not simulated."""
-    cfg = _config(doc)
+    cfg = _config(doc, recipe)
     cfg_key = "fsdp_config"
     version = cfg.get("version", doc.get("fsdp_version", 1))
     two = str(version).strip() == "2"

@@ -47,7 +47,7 @@ def training_args(doc: dict, r: Recipe, weights_16bit: bool) -> set[str]:
         used.add("deepspeed")
     if doc.get("fsdp"):
         fsdp_dist(doc, "fsdp", r)
-        used |= {"fsdp", "fsdp_config"} if isinstance(doc.get("fsdp_config"), dict) else {"fsdp"}
+        used |= {"fsdp", "fsdp_config"} if isinstance(doc.get("fsdp_config"), (dict, str)) else {"fsdp"}
     if "gradient_accumulation_steps" in doc:
         synced = sync_each_batch(doc)
         accumulation(r, "gradient_accumulation_steps", doc["gradient_accumulation_steps"], synced)
