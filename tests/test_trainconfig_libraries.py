@@ -115,3 +115,10 @@ def test_trls_loss_says_which_versions_the_answer_holds_for(tmp_path):
     assert not [i for i in old.ignored if i["key"] == "loss_type"]
     assert [m["as"] for m in old.mapped if m["key"] == "loss_type"] == [
         "transformers' causal-LM loss over the full logits, as TRL < 1.7 computes it"]
+
+
+def test_the_trainers_torch_compile_is_listed_as_answered_uncompiled(tmp_path):
+    # transformers' torch_compile: accelerate compiles the whole model; the catalogue's compile is per decoder layer
+    r = read(tmp_path, {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "use_peft": True, "torch_compile": True})
+    assert "compile" not in r.techniques()
+    assert any(i["key"] == "torch_compile" and "answered uncompiled" in i["reason"] for i in r.ignored)

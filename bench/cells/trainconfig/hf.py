@@ -119,6 +119,11 @@ def read(doc: dict, file: str) -> Recipe:
         r.took("loss_type", "(not set)", "transformers' causal-LM loss over the full logits, as TRL < 1.7 computes it")
     else:
         r.skip("loss_type", doc.get("loss_type", "(not set: TRL's default)"), TRL_LOSS)
+    if _true(doc.get("torch_compile")):
+        used.add("torch_compile")
+        r.skip("torch_compile", doc["torch_compile"], "the Trainer compiles the whole model (accelerate's "
+               "torch.compile(model)); ft-membench's compile is torchtune's, each decoder layer: answered uncompiled, "
+               "which keeps the intermediates a fused kernel would not, so the answer is high by those")
     epoch_order(doc, r)
     rest(doc, used, r)
     return r
