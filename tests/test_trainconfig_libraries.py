@@ -66,7 +66,19 @@ def test_llamafactory_qlora_keeps_its_extras_in_the_compute_dtype():
     # LLaMA-Factory model/model_utils/checkpointing.py, prepare_model_for_training: layernorms go to fp32 only
     # under `upcast_layernorm` (ModelArguments default False); the model loads in the compute dtype (bf16: true)
     (r := trainconfig.read(CONFIGS / "llamafactory-llama3-lora-sft.yaml"))
-    assert r.techniques() == ["lora", "lora-all", "bf16"]
+    assert r.techniques() == ["lora", "lora-all", "gc", "bf16"]
+
+
+@pytest.mark.parametrize("extra, gc, offload", [({}, True, False), ({"gradient_checkpointing": False}, True, False),
+                                               ({"disable_gradient_checkpointing": True}, False, False),
+                                               ({"use_unsloth_gc": True}, True, True)])
+def test_llamafactory_checkpoints_unless_told_not_to(tmp_path, extra, gc, offload):
+    # LLaMA-Factory model/model_utils/checkpointing.py, prepare_model_for_training: `if not
+    # model_args.disable_gradient_checkpointing:` -> model.gradient_checkpointing_enable(...) (use_unsloth_gc: the
+    # checkpoints offloaded), whatever TrainingArguments' gradient_checkpointing says
+    r = read(tmp_path, {"model_name_or_path": "meta-llama/Meta-Llama-3-8B-Instruct", "stage": "sft",
+                        "finetuning_type": "lora", "template": "llama3", "bf16": True, **extra})
+    assert ("gc" in r.techniques()) == gc and ("act-offload" in r.techniques()) == offload
 
 
 def test_trl_before_1_0_skips_the_preparation_of_a_sharded_4bit_model(tmp_path):

@@ -1,7 +1,8 @@
 """LLaMA-Factory YAML configs (``model_name_or_path``, ``finetuning_type``, ``quantization_bit``,
 ``cutoff_len``, ``lora_rank``, ``lora_target``...) -> a Recipe. LLaMA-Factory loads the model in
 the compute dtype (``bf16: true`` -> 16-bit weights); its trainer keys are transformers'
-TrainingArguments (bench/cells/trainconfig/hf.training_args). Torch-free."""
+TrainingArguments (bench/cells/trainconfig/hf.training_args); it checkpoints the decoder layers unless told not to
+(``checkpointing``). Torch-free."""
 from __future__ import annotations
 
 from bench.cells.trainconfig.hf import rest, training_args
@@ -56,5 +57,28 @@ def read(doc: dict, file: str) -> Recipe:
         used.add("pure_bf16")
         r.took("pure_bf16", doc["pure_bf16"], "bf16 weights" if pure else "fp32 trainable weights")
     used |= training_args(doc, r, weights_16bit=kind != "full" or pure)
+    checkpointing(doc, r, used)
     rest(doc, used, r)
     return r
+
+
+def checkpointing(doc: dict, r: Recipe, used: set[str]) -> None:
+    """LLaMA-Factory checkpoints every decoder layer unless ``disable_gradient_checkpointing`` (ModelArguments,
+    default False): model/model_utils/checkpointing.py ``prepare_model_for_training`` enables it on the model
+    itself, whatever TrainingArguments' ``gradient_checkpointing`` says. ``use_unsloth_gc`` moves each checkpoint
+    to host memory (Unsloth's offloaded checkpointing): the catalogue's ``act-offload`` over ``gc``, whose
+    offloaded tensors are the checkpoints."""
+    used |= {"disable_gradient_checkpointing", "use_unsloth_gc", "gradient_checkpointing"}
+    if _true(doc.get("disable_gradient_checkpointing")):
+        r.gc = False
+        r.mapped = [m for m in r.mapped if m["key"] != "gradient_checkpointing"]
+        r.took("disable_gradient_checkpointing", doc["disable_gradient_checkpointing"], "no gc")
+        return
+    r.gc = True
+    r.mapped = [m for m in r.mapped if m["key"] != "gradient_checkpointing"]
+    r.took("disable_gradient_checkpointing", doc.get("disable_gradient_checkpointing", "(not set: False)"),
+           "gc: LLaMA-Factory checkpoints every decoder layer unless disable_gradient_checkpointing is true")
+    if _true(doc.get("use_unsloth_gc")):
+        r.extra.append("act-offload")
+        r.took("use_unsloth_gc", doc["use_unsloth_gc"], "act-offload: each checkpoint moved to host memory in "
+                                                          "forward and back in backward (Unsloth's offloaded checkpointing)")
