@@ -134,3 +134,16 @@ def test_the_trainers_torch_compile_is_listed_as_answered_uncompiled(tmp_path):
     r = read(tmp_path, {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "use_peft": True, "torch_compile": True})
     assert "compile" not in r.techniques()
     assert any(i["key"] == "torch_compile" and "answered uncompiled" in i["reason"] for i in r.ignored)
+
+
+@pytest.mark.parametrize("extra, gc, offload", [({"gradient_checkpointing": True}, True, False),
+                                               ({"gradient_checkpointing": "offload"}, True, True),
+                                               ({"gradient_checkpointing": "offload_disk"}, True, True),
+                                               ({"gradient_checkpointing": True, "activation_offloading": "legacy"}, True, True),
+                                               ({"gradient_checkpointing": False}, False, False)])
+def test_axolotl_offloaded_checkpointing_is_gc_with_its_checkpoints_offloaded(tmp_path, extra, gc, offload):
+    # axolotl utils/schemas/validation.py: gradient_checkpointing "offload" -> True with activation_offloading
+    # True, "offload_disk" -> True with activation_offloading "disk" (it had read as no gc: a larger run)
+    r = read(tmp_path, {"base_model": "meta-llama/Meta-Llama-3-8B", "adapter": "lora", "micro_batch_size": 1,
+                        "sequence_len": 2048, "bf16": True, **extra})
+    assert ("gc" in r.techniques()) == gc and ("act-offload" in r.techniques()) == offload

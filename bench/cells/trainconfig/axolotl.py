@@ -59,9 +59,18 @@ def read(doc: dict, file: str) -> Recipe:
         r.took("bf16" if _true(bf16) else "fp16", bf16 if _true(bf16) else fp16, r.precision)
     if take("optimizer") is not None:
         r.set_optimizer("optimizer", doc["optimizer"])
-    if take("gradient_checkpointing") is not None:
-        r.gc = _true(doc["gradient_checkpointing"])
-        r.took("gradient_checkpointing", doc["gradient_checkpointing"], "gc" if r.gc else "no gc")
+    gc = take("gradient_checkpointing")
+    offloaded = str(gc).strip().lower() in ("offload", "offload_disk")
+    if gc is not None:   # axolotl's validation: offload -> gc + activation_offloading true, offload_disk -> "disk"
+        r.gc = _true(gc) or offloaded
+        r.took("gradient_checkpointing", gc, "gc" if r.gc else "no gc")
+    moved = take("activation_offloading")
+    if offloaded or (moved is not None and (_true(moved) or str(moved).strip().lower() in ("legacy", "disk"))):
+        key = "activation_offloading" if moved is not None and not offloaded else "gradient_checkpointing"
+        disk = "disk" in str(gc if offloaded else moved).lower()
+        r.extra.append("act-offload")
+        r.took(key, gc if offloaded else moved, "act-offload: each checkpoint moved off the GPU in forward and back in "
+               "backward" + (" (axolotl writes them to disk; the host memory shown counts them in RAM)" if disk else ""))
     if _true(take("flash_attention")):
         r.attention("flash_attention", doc["flash_attention"], kind="flash_attention_2")
     if _true(take("xformers_attention")):
