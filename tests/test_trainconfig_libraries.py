@@ -147,3 +147,11 @@ def test_axolotl_offloaded_checkpointing_is_gc_with_its_checkpoints_offloaded(tm
     r = read(tmp_path, {"base_model": "meta-llama/Meta-Llama-3-8B", "adapter": "lora", "micro_batch_size": 1,
                         "sequence_len": 2048, "bf16": True, **extra})
     assert ("gc" in r.techniques()) == gc and ("act-offload" in r.techniques()) == offload
+
+
+def test_trls_activation_offloading_is_act_offload(tmp_path):
+    # TRL SFTConfig.activation_offloading: trl/models/activation_offloading.py, adapted from torchtune's
+    # OffloadActivations (the catalogue's act-offload); it had been listed as a setting not modelled
+    r = read(tmp_path, {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "use_peft": True, "gradient_checkpointing": True,
+                        "activation_offloading": True})
+    assert r.techniques() == ["lora", "gc", "act-offload"]

@@ -119,6 +119,12 @@ def read(doc: dict, file: str) -> Recipe:
         r.took("loss_type", "(not set)", "transformers' causal-LM loss over the full logits, as TRL < 1.7 computes it")
     else:
         r.skip("loss_type", doc.get("loss_type", "(not set: TRL's default)"), TRL_LOSS)
+    if "activation_offloading" in doc:   # TRL's SFTConfig: its OffloadActivations, adapted from torchtune's
+        used.add("activation_offloading")
+        if _true(doc["activation_offloading"]):
+            r.extra.append("act-offload")
+        r.took("activation_offloading", doc["activation_offloading"], "act-offload (TRL's activation offloading, "
+               "torchtune's OffloadActivations)" if _true(doc["activation_offloading"]) else "no activation offloading")
     if _true(doc.get("torch_compile")):
         used.add("torch_compile")
         r.skip("torch_compile", doc["torch_compile"], "the Trainer compiles the whole model (accelerate's "
