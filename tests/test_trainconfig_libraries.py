@@ -155,3 +155,11 @@ def test_trls_activation_offloading_is_act_offload(tmp_path):
     r = read(tmp_path, {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "use_peft": True, "gradient_checkpointing": True,
                         "activation_offloading": True})
     assert r.techniques() == ["lora", "gc", "act-offload"]
+
+
+def test_the_trainers_liger_kernel_is_liger_ce(tmp_path):
+    # transformers' Trainer, use_liger_kernel: _apply_liger_kernel_to_instance(model) with its defaults
+    # (fused_linear_cross_entropy=True): the logits never materialise, so TRL's full-logits loss note does not apply
+    r = read(tmp_path, {"model_name_or_path": "Qwen/Qwen2.5-0.5B", "use_peft": True, "use_liger_kernel": True})
+    assert r.techniques() == ["lora", "liger-ce"]
+    assert not any(i["key"] == "loss_type" for i in r.ignored)

@@ -48,6 +48,13 @@ def training_args(doc: dict, r: Recipe, weights_16bit: bool) -> set[str]:
     if doc.get("fsdp"):
         fsdp_dist(doc, "fsdp", r)
         used |= {"fsdp", "fsdp_config"} if isinstance(doc.get("fsdp_config"), (dict, str)) else {"fsdp"}
+    if "use_liger_kernel" in doc:   # the Trainer's _apply_liger_kernel_to_instance: fused_linear_cross_entropy=True
+        used.add("use_liger_kernel")
+        if _true(doc["use_liger_kernel"]):
+            r.extra.append("liger-ce")
+        r.took("use_liger_kernel", doc["use_liger_kernel"], "liger-ce: Liger's fused linear cross-entropy (its RMSNorm, "
+               "SwiGLU and RoPE kernels are not simulated: the answer is high by what they save)"
+               if _true(doc["use_liger_kernel"]) else "no Liger kernels")
     if "gradient_accumulation_steps" in doc:
         synced = sync_each_batch(doc)
         accumulation(r, "gradient_accumulation_steps", doc["gradient_accumulation_steps"], synced)
@@ -115,7 +122,9 @@ def read(doc: dict, file: str) -> Recipe:
             r.attention(key, doc[key])
     autocast_for_sharded_qlora(r, "bf16")
     used.add("loss_type")
-    if "torch_dtype" in doc and "loss_type" not in doc:   # TRL < 1.0's spelling: the full-logits loss it ran
+    if "liger-ce" in r.extra:   # the loss is Liger's, whatever loss_type says
+        r.took("loss_type", doc.get("loss_type", "(not set)"), "Liger's fused linear cross-entropy (use_liger_kernel)")
+    elif "torch_dtype" in doc and "loss_type" not in doc:   # TRL < 1.0's spelling: the full-logits loss it ran
         r.took("loss_type", "(not set)", "transformers' causal-LM loss over the full logits, as TRL < 1.7 computes it")
     else:
         r.skip("loss_type", doc.get("loss_type", "(not set: TRL's default)"), TRL_LOSS)
