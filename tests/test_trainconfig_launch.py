@@ -127,6 +127,12 @@ def test_an_fsdp_config_file_is_read_relative_to_the_training_config(tmp_path):
         trainconfig.read(sft(tmp_path, fsdp="full_shard", fsdp_config="missing.json"))
 
 
+def test_fsdp_no_shard_with_fsdps_checkpointing_is_data_parallel_with_gc(tmp_path):
+    r = trainconfig.read(sft(tmp_path, gradient_checkpointing=False, fsdp="no_shard",
+                             fsdp_config={"activation_checkpointing": True}, num_processes=2))
+    assert r.techniques() == ["lora", "gc"] and any(i["key"] == "processes" for i in r.ignored)
+
+
 def test_fsdps_activation_checkpointing_is_gc(tmp_path):
     path = sft(tmp_path, gradient_checkpointing=False, fsdp="full_shard auto_wrap",
                fsdp_config={"fsdp_version": 2, "activation_checkpointing": True}, num_processes=2)

@@ -94,28 +94,32 @@ def fsdp_dist(doc: dict, key: str, recipe: Recipe) -> None:
     version = cfg.get("version", doc.get("fsdp_version", 1))
     two = str(version).strip() == "2"
     words = _words(doc.get(key)) if key == "fsdp" else []
-    strategy = next((w for w in words if w in STRATEGIES), None)
-    where = key
-    if cfg.get("sharding_strategy") is not None:
-        strategy, where = _strategy(f"{cfg_key}.sharding_strategy", cfg["sharding_strategy"]), \
-            f"{cfg_key}.sharding_strategy"
-    reshard = cfg.get("reshard_after_forward")
-    if reshard is not None and not isinstance(reshard, bool):   # accelerate >= 1.6 also takes a strategy name there
-        strategy, where = _strategy(f"{cfg_key}.reshard_after_forward", reshard), f"{cfg_key}.reshard_after_forward"
-    elif reshard is False:
-        if two:
-            raise Invalid(f"{cfg_key}.reshard_after_forward", reshard,
-                          "FSDP2 without resharding after forward keeps every unit's parameters gathered until its "
-                          "backward, more than full sharding holds; answered as full shard the figure would be low, "
-                          "and ft-membench does not simulate it")
-        strategy, where = "shard_grad_op", f"{cfg_key}.reshard_after_forward"
+    # the sharding strategy and the setting it came from (the last one read wins, as transformers applies them)
+    strategy, where, value = next((w for w in words if w in STRATEGIES), None), key, doc.get(key)
+    for name in ("sharding_strategy", "reshard_after_forward"):
+        setting = cfg.get(name)
+        if setting is None or (name == "reshard_after_forward" and setting is True):
+            continue
+        where, value = f"{cfg_key}.{name}", setting
+        if setting is False:   # reshard_after_forward: false is SHARD_GRAD_OP under FSDP1
+            if two:
+                raise Invalid(where, setting, "FSDP2 without resharding after forward keeps every unit's parameters "
+                                              "gathered until its backward, more than full sharding holds; answered as "
+                                              "full shard the figure would be low, and ft-membench does not simulate it")
+            strategy = "shard_grad_op"
+        else:   # a name or accelerate's number (accelerate >= 1.6 takes one in reshard_after_forward too)
+            strategy = _strategy(where, setting)
     if strategy in NOT_SIMULATED:
-        raise Invalid(where, doc.get(key) if where == key else cfg.get(where.split(".", 1)[1]), NOT_SIMULATED[strategy])
+        raise Invalid(where, value, NOT_SIMULATED[strategy])
     policy = str(cfg.get("auto_wrap_policy") or "TRANSFORMER_BASED_WRAP").strip().upper()
     if policy != "TRANSFORMER_BASED_WRAP":
         raise Invalid(f"{cfg_key}.auto_wrap_policy", cfg.get("auto_wrap_policy"), WRAPS.get(policy, "not an FSDP wrap policy"))
     offload_key = "offload" if "offload" in words else (f"{cfg_key}.offload_params"
                                                          if _true(cfg.get("offload_params")) else None)
+    if _true(cfg.get("activation_checkpointing")):
+        recipe.gc = True
+        recipe.took(f"{cfg_key}.activation_checkpointing", cfg["activation_checkpointing"],
+                    "gc (FSDP's activation checkpointing of each decoder layer)")
     if strategy == "no_shard":
         recipe.took(where, "no_shard", "no sharding: each rank holds the whole model, as DDP")
         return
@@ -129,7 +133,3 @@ def fsdp_dist(doc: dict, key: str, recipe: Recipe) -> None:
                                                   "fsdp1": "fsdp1 (FSDP1: accelerate's default fsdp_version 1)"}[recipe.dist])
     if offload_key:
         recipe.took(offload_key, True, "fsdp-offload: parameter, gradient and optimizer shards in host memory")
-    if _true(cfg.get("activation_checkpointing")):
-        recipe.gc = True
-        recipe.took(f"{cfg_key}.activation_checkpointing", cfg["activation_checkpointing"],
-                    "gc (FSDP's activation checkpointing of each decoder layer)")

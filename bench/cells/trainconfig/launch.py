@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.cells.trainconfig.recipe import Invalid
+from bench.cells.trainconfig.recipe import Invalid, _true
 
 ENGINE_KEYS = ("fsdp", "fsdp_config", "deepspeed")
 LAUNCHER_ONLY = ("compute_environment", "debug", "machine_rank", "main_process_ip", "main_process_port",
@@ -107,7 +107,7 @@ def merged(doc: dict, launch: dict, launch_file: str, fmt: str | None) -> tuple[
     if precision in ("bf16", "fp16"):
         if fmt == "axolotl":
             skipped.append(("mixed_precision", precision, "axolotl sets the precision from its own bf16/fp16"))
-        elif str(doc.get("bf16")).lower() != "true" and str(doc.get("fp16")).lower() != "true":
+        elif not (_true(doc.get("bf16")) or _true(doc.get("fp16"))):
             out[precision] = True
             origin[precision] = f"{name}: mixed_precision"
         else:

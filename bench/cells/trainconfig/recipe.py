@@ -285,13 +285,14 @@ def ds_dist(doc, key: str, recipe: Recipe) -> None:
     moved = {k for k in ("offload_optimizer", "offload_param")
              if isinstance(zero.get(k), dict) and zero[k].get("device") in ("cpu", "nvme")}
     offload = bool(moved) if stage == 3 else "offload_optimizer" in moved   # stages 1-2 move no parameters
-    why = (None if stage == 3 and len(moved) in (0, 2) or stage == 2 else
-           "ZeRO-1 with its optimizer offloaded is not simulated (zero2-offload is)" if stage == 1 and offload else
-           None if stage == 1 else
-           f"ZeRO-3 with only {next(iter(moved))} on {zero[next(iter(moved))]['device']} is not simulated: zero3-offload "
-           "moves both the optimizer and the parameters, and answered so the figure would be low; zero3 moves neither")
-    if why:
-        raise Invalid(f"{key}.zero_optimization", "(offload)", why)
+    if stage == 1 and offload:
+        raise Invalid(f"{key}.zero_optimization", "(offload)", "ZeRO-1 with its optimizer offloaded is not simulated "
+                                                               "(zero2-offload is)")
+    if stage == 3 and len(moved) == 1:
+        only = next(iter(moved))
+        raise Invalid(f"{key}.zero_optimization", "(offload)", f"ZeRO-3 with only {only} on {zero[only]['device']} is "
+                      "not simulated: zero3-offload moves both the optimizer and the parameters, and answered so the "
+                      "figure would be low; zero3 moves neither")
     name = f"zero{stage}" + ("-offload" if offload else "")
     recipe.dist = name
     recipe.took(key, doc if isinstance(doc, str) else "(inline)", name)
