@@ -8,11 +8,17 @@ to touch it) and frees it from gloo's worker thread, so whether it is still aliv
 allocation is a race (DeepSpeed ZeRO-3 offload at world size 4, tiny-llama: rank 3 held it through
 the next 16 MB cast in 1 run of 5, 74.43 MB against 66.27 MB). NCCL reduces in place and the fake
 process group makes none, so the comparisons take it out of the real trace first.
+
+A scalar's free can race the same way: DeepSpeed ZeRO-2's gradient-norm check under QLoRA at world size 2
+(tiny-llama) freed its 4-byte ``aten.pow`` result before the next ``isinf`` in 10 runs of 11 and after the
+``lift_fresh`` that follows in the 11th, so the optimizer phase's peak read 4 bytes higher once (CI, stop 58).
+Phase peaks are compared within ``SCALAR_RACE`` of the named differences.
 """
 from __future__ import annotations
 
 GLOO_COPY_OP = "aten.split.Tensor"
 SMALL = 4096
+SCALAR_RACE = 16  # bytes: a few 4-byte scalars whose frees race the collective's thread
 # bitsandbytes' backward dequantizes each 4-bit weight to fp32 and casts it in sim, to the compute dtype at once on
 # the CPU backend (transient, as single-process QLoRA shows)
 BNB_BACKWARD_OPS = {"bitsandbytes.dequantize_4bit.default", "aten._to_copy.default"}

@@ -13,7 +13,8 @@ to the byte. What differs, each named and held to its size:
 - peft's LoRA adapters under ZeRO-3: 144 B of the real rank's parameters bookkeeping (as under FSDP1);
 - QLoRA: bitsandbytes' backward dequantization (sim's fp32 then cast, the CPU backend's cast at once)
   and the constant tables the real run lifts to tensors as it loads (1,168 B), as in
-  tests/test_sim_ranks.py. QLoRA under ZeRO-3 is not traced per rank (bench/cells/techniques.py
+  tests/test_sim_ranks.py; and a phase's peak may read a 4-byte scalar high when its free races gloo's
+  thread (DeepSpeed's gradient-norm check, tests/rank_traces.py ``SCALAR_RACE``). QLoRA under ZeRO-3 is not traced per rank (bench/cells/techniques.py
   ``NOT_TRACED``): at 70B its rank keeps every gathered layer, which PEFT's published run does not.
 
 Which rank peaks: under ZeRO-2 with optimizer offload it is not the rank with the largest partition
@@ -33,7 +34,7 @@ moments). What remains different there, each bounded below by the size of its ca
 import pytest
 
 from bench.cells import matrix
-from tests.rank_traces import rank_and_real_allocations, rank_and_real_peaks
+from tests.rank_traces import SCALAR_RACE, rank_and_real_allocations, rank_and_real_peaks
 
 pytestmark = pytest.mark.slow
 ONE = ["zero1+bf16", "zero2+bf16", "zero3+bf16", "zero2+amp-bf16", "lora+zero2+bf16"]
@@ -83,7 +84,7 @@ def test_the_ranks_peak_and_breakdown_equal_the_real_peak_ranks(pairs, cell):
     (sim_peak, sim_phases, sim_at_peak), (peak, by_phase, at_peak) = rank_and_real_peaks(real, sim)
     low, high = NAMED.get(cell, (0, 0))
     assert low <= peak - sim_peak <= high
-    assert all(abs(by_phase[p] - sim_phases.get(p, 0)) <= high for p in by_phase)
+    assert all(abs(by_phase[p] - sim_phases.get(p, 0)) <= high + SCALAR_RACE for p in by_phase)
     assert all(abs(at_peak.get(c, 0) - sim_at_peak.get(c, 0)) <= high for c in {*at_peak, *sim_at_peak})
     assert real["details"].get("offloaded_peak_bytes") == sim["details"].get("offloaded_peak_bytes")
 
