@@ -88,3 +88,19 @@ def rank_and_real_peaks(real: dict, sim: dict) -> tuple[tuple, tuple]:
     sim_peaks = peaks(sim["_trace"])
     assert sim_peaks[0] == sim["peak_bytes"]
     return sim_peaks, real_peaks
+
+
+def live_at_forward_end(trace: dict, step: int, drop_op: str | None = None) -> dict:
+    """{category: bytes} alive at the last event of ``step``'s forward phase."""
+    evs = events(trace, drop_op)
+    last = max(i for i, e in enumerate(evs) if e[3] == step and e[4] == "forward")
+    live = {}
+    for kind, serial, nbytes, _step, _phase, _op, cat in evs[:last + 1]:
+        if kind:
+            live[serial] = (nbytes, cat)
+        else:
+            live.pop(serial, None)
+    out: dict = {}
+    for nbytes, cat in live.values():
+        out[cat] = out.get(cat, 0) + nbytes
+    return out

@@ -86,11 +86,11 @@ def test_fit_lengths_on_two_gpus(rank_sims, tmp_path):
     assert text.returncode == 1 and "does not fit" in text.stdout.split("host memory on the node")[1]   # 2 runtimes > 1 GB
 
 
-@pytest.mark.parametrize("recipe, why", [("qlora+zero3+w2", "partitions by formula"),
+@pytest.mark.parametrize("recipe, why", [("qlora+zero3+w2", "checked against the rank's simulation for FSDP only"),
                                          ("lora+bf16+zero2+w2", "checked against the rank's simulation for FSDP only")])
 def test_an_engine_whose_epoch_is_unchecked_is_refused(tmp_path, recipe, why):
-    """QLoRA under ZeRO-3 is partitioned by formula (no rank trace to replay); the other ZeRO cells are traced
-    per rank, but an epoch derived from a DeepSpeed rank's trace is not held to its simulation: refused, named."""
+    """ZeRO cells are traced per rank, but an epoch derived from a DeepSpeed rank's trace is not held to its
+    simulation: refused, named."""
     f = tmp_path / "lengths.txt"
     f.write_text("40\n700\n")
     out = subprocess.run([sys.executable, "-m", "bench.cli", "fit", MODEL, "--gpu", GPU, "--techniques",

@@ -14,8 +14,15 @@ to the byte. What differs, each named and held to its size:
 - QLoRA: bitsandbytes' backward dequantization (sim's fp32 then cast, the CPU backend's cast at once)
   and the constant tables the real run lifts to tensors as it loads (1,168 B), as in
   tests/test_sim_ranks.py; and a phase's peak may read a 4-byte scalar high when its free races gloo's
-  thread (DeepSpeed's gradient-norm check, tests/rank_traces.py ``SCALAR_RACE``). QLoRA under ZeRO-3 is not traced per rank (bench/cells/techniques.py
-  ``NOT_TRACED``): at 70B its rank keeps every gathered layer, which PEFT's published run does not.
+  thread (DeepSpeed's gradient-norm check, tests/rank_traces.py ``SCALAR_RACE``).
+
+QLoRA under ZeRO-3 and the checkpoint it runs: bitsandbytes' 4-bit matmul keeps its weight on its autograd
+node (``ctx.tensors = (None, B)``), and under ZeRO-3 that weight is the gathered one, so DeepSpeed's release
+(a ``param.data`` swap) frees nothing until the layer's backward. Torch's non-reentrant checkpoint (transformers'
+default) and no checkpoint both build that node in forward: every layer's gathered 4-bit weights stay alive to
+the end of forward. The reentrant checkpoint (gc-reentrant, PEFT's QLoRA + ZeRO-3 recipe) runs forward without a
+graph. Seen in the warm-up step, where DeepSpeed releases every parameter after its module (its trace is not yet
+complete), in the real runs and in sim alike.
 
 Which rank peaks: under ZeRO-2 with optimizer offload it is not the rank with the largest partition
 (tiny-llama at world size 2: rank 1, whose first backward copies the embedding's gradient to fp32 and
@@ -34,14 +41,16 @@ moments). What remains different there, each bounded below by the size of its ca
 import pytest
 
 from bench.cells import matrix
-from tests.rank_traces import SCALAR_RACE, rank_and_real_allocations, rank_and_real_peaks
+from tests.rank_traces import GLOO_COPY_OP, SCALAR_RACE, rank_and_real_allocations, rank_and_real_peaks
 
 pytestmark = pytest.mark.slow
 ONE = ["zero1+bf16", "zero2+bf16", "zero3+bf16", "zero2+amp-bf16", "lora+zero2+bf16"]
 RANKS = ["zero2+bf16+w2", "zero2+bf16+w4", "zero1+bf16+w4", "zero3+bf16+w2", "zero3+bf16+w4", "lora+zero3+bf16+w2",
-         "zero3-offload+bf16+w2", "zero3-offload+bf16+w4", "zero2-offload+bf16+w2", "qlora+zero2+gc+w2"]
+         "zero3-offload+bf16+w2", "zero3-offload+bf16+w4", "zero2-offload+bf16+w2", "qlora+zero2+gc+w2",
+         "qlora+zero3+gc-reentrant+w2", "qlora+zero3+gc+w2"]
 # the differences named in the module docstring, in bytes of the peak (real minus sim)
-NAMED = {"lora+zero3+bf16+w2": (144, 144), "qlora+zero2+gc+w2": (1168, 1168)}
+NAMED = {"lora+zero3+bf16+w2": (144, 144), "qlora+zero2+gc+w2": (1168, 1168),
+         "qlora+zero3+gc-reentrant+w2": (1168, 1168), "qlora+zero3+gc+w2": (1168, 1168)}
 STEP_COUNTERS = 4 * (9 * 4 + 3)  # tiny-llama's weight tensors, one 4-byte step each
 
 
@@ -112,6 +121,23 @@ def test_the_record_is_the_ranks_own_with_the_formula_beside_it(pairs, cell):
     if "qlora" not in cell:
         assert d["load_phase"]["weights_bytes"] == 2 * sim["params_total"] > 0
     assert sim["allocator_model"]["per_rank"] and "DeepSpeed ZeRO" in d["verdict_rule"]
+
+
+def test_qlora_under_zero3_keeps_every_gathered_layer_to_the_end_of_forward_unless_reentrant(pairs):
+    """The module docstring's mechanism, read off the warm-up step's end of forward: the non-reentrant rank holds
+    every layer's gathered 4-bit weights (tiny-llama: its 4 layers' 1.45 MB, the rank's own half of them already
+    held), the reentrant rank none, in the real runs and in sim to the byte."""
+    from bench.estimate import replay
+    from tests.rank_traces import live_at_forward_end
+    held = {}
+    for cell in ("qlora+zero3+gc+w2", "qlora+zero3+gc-reentrant+w2"):
+        real, sim = pairs[cell]
+        ours = live_at_forward_end(sim["_trace"], 0)["parameters"]
+        theirs = live_at_forward_end(replay.load(real["details"]["trace_file"]), 0, GLOO_COPY_OP)["parameters"]
+        assert ours == theirs
+        held[cell] = ours
+    layers = 4 * (2 * 256 * 256 + 2 * 256 * 128 + 3 * 256 * 688) // 2   # tiny-llama's 4-bit layer weights, bytes
+    assert layers // 2 <= held["qlora+zero3+gc+w2"] - held["qlora+zero3+gc-reentrant+w2"] <= layers
 
 
 def test_zero2_with_offload_keeps_the_highest_of_its_ranks(pairs):

@@ -66,19 +66,33 @@ def test_llamafactory_qlora_keeps_its_extras_in_the_compute_dtype():
     # LLaMA-Factory model/model_utils/checkpointing.py, prepare_model_for_training: layernorms go to fp32 only
     # under `upcast_layernorm` (ModelArguments default False); the model loads in the compute dtype (bf16: true)
     (r := trainconfig.read(CONFIGS / "llamafactory-llama3-lora-sft.yaml"))
-    assert r.techniques() == ["lora", "lora-all", "gc", "bf16"]
+    assert r.techniques() == ["lora", "lora-all", "gc-reentrant", "bf16"]
 
 
-@pytest.mark.parametrize("extra, gc, offload", [({}, True, False), ({"gradient_checkpointing": False}, True, False),
-                                               ({"disable_gradient_checkpointing": True}, False, False),
-                                               ({"use_unsloth_gc": True}, True, True)])
+@pytest.mark.parametrize("extra, gc, offload", [({}, "gc-reentrant", False),
+                                               ({"gradient_checkpointing": False}, "gc-reentrant", False),
+                                               ({"use_reentrant_gc": False}, "gc", False),
+                                               ({"disable_gradient_checkpointing": True}, None, False),
+                                               ({"use_unsloth_gc": True}, "gc", True)])
 def test_llamafactory_checkpoints_unless_told_not_to(tmp_path, extra, gc, offload):
     # LLaMA-Factory model/model_utils/checkpointing.py, prepare_model_for_training: `if not
-    # model_args.disable_gradient_checkpointing:` -> model.gradient_checkpointing_enable(...) (use_unsloth_gc: the
-    # checkpoints offloaded), whatever TrainingArguments' gradient_checkpointing says
+    # model_args.disable_gradient_checkpointing:` -> model.gradient_checkpointing_enable(...) with use_reentrant =
+    # use_reentrant_gc (ModelArguments default True; use_unsloth_gc: the checkpoints offloaded by Unsloth's own
+    # function), whatever TrainingArguments' gradient_checkpointing says
     r = read(tmp_path, {"model_name_or_path": "meta-llama/Meta-Llama-3-8B-Instruct", "stage": "sft",
                         "finetuning_type": "lora", "template": "llama3", "bf16": True, **extra})
-    assert ("gc" in r.techniques()) == gc and ("act-offload" in r.techniques()) == offload
+    names = r.techniques()
+    assert [n for n in names if n.startswith("gc")] == ([gc] if gc else []) and ("act-offload" in names) == offload
+
+
+@pytest.mark.parametrize("kwargs, gc", [({"use_reentrant": True}, "gc-reentrant"), ({"use_reentrant": False}, "gc"),
+                                        ({}, "gc")])
+def test_the_trainers_checkpoint_kwargs_choose_the_reentrant_checkpoint(tmp_path, kwargs, gc):
+    # transformers' gradient_checkpointing_enable(gradient_checkpointing_kwargs): use_reentrant is torch's choice;
+    # left out, transformers 5's default {"use_reentrant": False}
+    r = read(tmp_path, {"model_name_or_path": "meta-llama/Llama-3.1-8B", "use_peft": True, "bf16": True,
+                        "gradient_checkpointing": True, "gradient_checkpointing_kwargs": kwargs})
+    assert [n for n in r.techniques() if n.startswith("gc")] == [gc]
 
 
 def test_trl_before_1_0_skips_the_preparation_of_a_sharded_4bit_model(tmp_path):

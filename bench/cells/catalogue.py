@@ -22,7 +22,7 @@ LORA_DEFAULTS = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj
 
 DEFAULT_KNOBS = {
     "precision": "fp32",        # fp32 | amp-fp16 | amp-bf16 | bf16 (pure)
-    "gc": False,                # activation (gradient) checkpointing
+    "gc": False,                # activation (gradient) checkpointing: False | True (non-reentrant) | "reentrant"
     "accum": 1,                 # micro-batches per optimizer step
     "batch_size": None,         # override of the study's batch size
     "seq_len": None,            # override of the study's sequence length
@@ -97,6 +97,12 @@ CATALOG: dict[str, Technique] = dict([
     # activations
     _t("gc", {"gc": True}, "gradient (activation) checkpointing: recompute activations in backward",
        saves="activations", expected="significant (activations down to ~sqrt of layers)",
+       difficulty="low", overhead="~20-30% slower (one extra forward)"),
+    _t("gc-reentrant", {"gc": "reentrant"},
+       "gradient checkpointing with torch's reentrant checkpoint (use_reentrant: true): each layer's forward runs "
+       "without an autograd graph, so nothing a layer's autograd nodes hold outlives it (bitsandbytes' 4-bit "
+       "matmul keeps a reference to its weight on its node: under ZeRO-3 the gathered weight)",
+       saves="activations", expected="as gc; PEFT's QLoRA + ZeRO-3 recipe sets it",
        difficulty="low", overhead="~20-30% slower (one extra forward)"),
     # optimizers
     _t("adamw", {"optimizer": "adamw"}, "torch AdamW (two fp32 states per parameter)"),

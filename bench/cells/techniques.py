@@ -88,19 +88,11 @@ SHARDS_PARAMETERS = {"zero3", "zero3-offload", "fsdp", "fsdp-offload", "fsdp1"}
 TRACED_PER_RANK = {"fsdp", "fsdp-offload", "fsdp1", "zero1", "zero2", "zero3", "zero2-offload", "zero3-offload"}
 
 
-# QLoRA under DeepSpeed ZeRO-3 stays on the formula: its rank's own program, exact against real DeepSpeed on a tiny
-# model (within bitsandbytes' 1,168 B of constants), keeps every layer's gathered 4-bit weights alive at 70B (49.8 GiB
-# a rank at world size 4, 47.7 in the warm-up step), where PEFT's published 2 x 40 GB run of the same recipe holds
-# 34.1 GiB: not traced down, so not answered from that trace
-NOT_TRACED = {("zero3", "qlora"), ("zero3-offload", "qlora")}
-
-
 def traced_per_rank(spec: dict) -> bool:
     """Whether sim runs this cell's sharded step as one of its ranks runs it (a rank's own trace, searched
     and replayed as any single-process step's), rather than one process partitioned by formula."""
     knobs = spec["knobs"]
-    return (knobs.get("dist") in TRACED_PER_RANK and spec.get("world_size", 1) > 1
-            and (knobs.get("dist"), knobs.get("adapter")) not in NOT_TRACED)
+    return knobs.get("dist") in TRACED_PER_RANK and spec.get("world_size", 1) > 1
 
 
 def lookup(name: str) -> Technique:

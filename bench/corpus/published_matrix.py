@@ -79,6 +79,7 @@ LORA_OPTIONS: dict[str, dict] = {
     # --lora_dropout 0.1 --lora_target_modules "all-linear" (the rows' lora-all)
     "peft-ds-z3-lora-llama2-70b": {"r": 8, "alpha": 16, "dropout": 0.1},
     "peft-fsdp-lora-llama2-70b": {"r": 8, "alpha": 16, "dropout": 0.1},
+    "peft-ds-z3-qlora-llama2-70b": {"r": 8, "alpha": 16, "dropout": 0.1},
     # held out: fitcheck-llm's scripts/measure.py (Anassbzdd/fitcheck at a5f51384): LoraConfig(r, lora_alpha=2r,
     # lora_dropout=0.0, bias="none") on q,k,v,o ("standard" preset); peft's default fp32 adapters. Its README
     # tables ran r=32; its final holdout file (final-t4-20260921.json) r=16

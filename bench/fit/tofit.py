@@ -42,6 +42,11 @@ def changes(names: list[str]) -> list[tuple[str, list[str]]]:
     out = []
     if not k["gc"]:
         out.append(("gradient checkpointing (+gc)", names + ["gc"]))
+    if k["adapter"] == "qlora" and k["dist"] in ("zero3", "zero3-offload") and k["gc"] != "reentrant":
+        # bitsandbytes' 4-bit matmul keeps its gathered weight on its autograd node until backward: only the
+        # reentrant checkpoint's graph-free forward lets ZeRO-3 free each layer (tests/test_sim_deepspeed.py)
+        out.append(("gradient checkpointing, reentrant (gc-reentrant)",
+                    [n for n in names if n != "gc"] + ["gc-reentrant"]))
     if k["precision"] != "bf16" and k["adapter"] != "qlora":
         out.append(("bf16 weights (+bf16)", [n for n in names if n not in PRECISIONS] + ["bf16"]))
     if k["optimizer"] not in BNB_OPTIMIZERS - {"paged-adamw32bit"} and k["optimizer"] not in ("sgd",):

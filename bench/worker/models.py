@@ -218,10 +218,13 @@ def add_lora(model, options: dict, knobs: dict):
     return model
 
 
-def enable_checkpointing(model) -> None:
+def enable_checkpointing(model, reentrant: bool = False) -> None:
+    """transformers' checkpointing of each decoder layer: torch's non-reentrant checkpoint (transformers' default)
+    or, with ``reentrant``, the reentrant one, whose forward runs without a graph (PEFT's and older Trainers'
+    ``use_reentrant: true``)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     enable = getattr(base, "activation_checkpointing_enable", None) or base.gradient_checkpointing_enable
-    enable({"use_reentrant": False})
+    enable({"use_reentrant": reentrant})
 
 
 def build(spec: dict, device, qlora_base=None) -> torch.nn.Module:
@@ -246,7 +249,7 @@ def build(spec: dict, device, qlora_base=None) -> torch.nn.Module:
             if p.dtype.is_floating_point:
                 p.data = p.data.to(torch.bfloat16)
     if knobs["gc"]:
-        enable_checkpointing(model)
+        enable_checkpointing(model, reentrant=knobs["gc"] == "reentrant")
     model.train()
     return model
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bench.cells.trainconfig.hf import rest
 from bench.cells.trainconfig.fsdpmode import fsdp_dist
-from bench.cells.trainconfig.recipe import (Recipe, _true, accumulation, autocast_for_sharded_qlora, ds_dist,
+from bench.cells.trainconfig.recipe import (Recipe, _true, accumulation, reentrant, autocast_for_sharded_qlora, ds_dist,
                                            positive_int)
 
 
@@ -64,6 +64,8 @@ def read(doc: dict, file: str) -> Recipe:
     if gc is not None:   # axolotl's validation: offload -> gc + activation_offloading true, offload_disk -> "disk"
         r.gc = _true(gc) or offloaded
         r.took("gradient_checkpointing", gc, "gc" if r.gc else "no gc")
+    if "gradient_checkpointing_kwargs" in doc:
+        reentrant(r, "gradient_checkpointing_kwargs", take("gradient_checkpointing_kwargs"))
     moved = take("activation_offloading")
     if offloaded or (moved is not None and (_true(moved) or str(moved).strip().lower() in ("legacy", "disk"))):
         key = "activation_offloading" if moved is not None and not offloaded else "gradient_checkpointing"

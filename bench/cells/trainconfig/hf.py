@@ -16,7 +16,7 @@ either way fp32 extras unless a TRL 1.x config loads in 16 bits (``qlora-fp32`` 
 from __future__ import annotations
 
 from bench.cells.trainconfig.fsdpmode import fsdp_dist
-from bench.cells.trainconfig.recipe import (Recipe, _true, accumulation, autocast_for_sharded_qlora, ds_dist,
+from bench.cells.trainconfig.recipe import (Recipe, _true, accumulation, reentrant, autocast_for_sharded_qlora, ds_dist,
                                            positive_int, sync_each_batch)
 
 def training_args(doc: dict, r: Recipe, weights_16bit: bool) -> set[str]:
@@ -42,6 +42,9 @@ def training_args(doc: dict, r: Recipe, weights_16bit: bool) -> set[str]:
         r.gc = _true(doc["gradient_checkpointing"])
         r.took("gradient_checkpointing", doc["gradient_checkpointing"], "gc" if r.gc else "no gc")
         used.add("gradient_checkpointing")
+    if "gradient_checkpointing_kwargs" in doc:
+        reentrant(r, "gradient_checkpointing_kwargs", doc["gradient_checkpointing_kwargs"])
+        used.add("gradient_checkpointing_kwargs")
     if doc.get("deepspeed"):
         ds_dist(doc["deepspeed"], "deepspeed", r)
         used.add("deepspeed")

@@ -75,9 +75,14 @@ def checkpointing(doc: dict, r: Recipe, used: set[str]) -> None:
         r.took("disable_gradient_checkpointing", doc["disable_gradient_checkpointing"], "no gc")
         return
     r.gc = True
-    r.mapped = [m for m in r.mapped if m["key"] != "gradient_checkpointing"]
+    r.mapped = [m for m in r.mapped if m["key"] not in ("gradient_checkpointing", "gradient_checkpointing_kwargs")]
     r.took("disable_gradient_checkpointing", doc.get("disable_gradient_checkpointing", "(not set: False)"),
            "gc: LLaMA-Factory checkpoints every decoder layer unless disable_gradient_checkpointing is true")
+    used |= {"use_reentrant_gc", "gradient_checkpointing_kwargs"}
+    r.gc_reentrant = _true(doc.get("use_reentrant_gc", True)) and not _true(doc.get("use_unsloth_gc"))
+    r.took("use_reentrant_gc", doc.get("use_reentrant_gc", "(not set: True)"),
+           "gc-reentrant: LLaMA-Factory passes use_reentrant=use_reentrant_gc (default True) to the checkpoint"
+           if r.gc_reentrant else "gc: torch's non-reentrant checkpoint")
     if _true(doc.get("use_unsloth_gc")):
         r.extra.append("act-offload")
         r.took("use_unsloth_gc", doc["use_unsloth_gc"], "act-offload: each checkpoint moved to host memory in "

@@ -47,6 +47,7 @@ class Recipe:
     precision: str | None = None        # bf16 | amp-bf16 | amp-fp16 | fp32
     optimizer: str | None = None        # a catalogue optimizer
     gc: bool = False
+    gc_reentrant: bool = False  # torch's reentrant checkpoint (use_reentrant: true): gc-reentrant
     packing: bool = False
     dist: str | None = None             # zero1/2/3(-offload) | fsdp (FSDP2) | fsdp1
     world: int | None = None            # processes, where the config states them
@@ -90,7 +91,7 @@ class Recipe:
             if self.lora_all:
                 names.append("lora-all")
         if self.gc:
-            names.append("gc")
+            names.append("gc-reentrant" if self.gc_reentrant else "gc")
         if self.precision and not (self.adapter in ("qlora", "qlora-fp32") and self.precision == "fp32"):
             names.append(self.precision)
         # every trainer read here defaults to torch AdamW (transformers' adamw_torch), also under QLoRA,
@@ -316,6 +317,16 @@ def bounded(value, limit: int = 200):
     if text is not None and len(text) <= limit:
         return value
     return f"({type(value).__name__} of {len(value) if hasattr(value, '__len__') else '?'} items)"
+
+
+def reentrant(r: "Recipe", key: str, kwargs) -> None:
+    """The Trainer's ``gradient_checkpointing_kwargs``: ``use_reentrant`` chooses torch's checkpoint; left out,
+    the installed transformers' default (non-reentrant since 5.0; 4.35 to 4.5x passed True)."""
+    if not isinstance(kwargs, dict) or "use_reentrant" not in kwargs:
+        return
+    r.gc_reentrant = _true(kwargs["use_reentrant"])
+    r.took(key, kwargs, "gc-reentrant: torch's reentrant checkpoint" if r.gc_reentrant
+           else "gc: torch's non-reentrant checkpoint")
 
 
 def _true(value) -> bool:
