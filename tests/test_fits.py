@@ -221,11 +221,11 @@ def test_search_answers_equal_every_grid_point_simulated(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("technique", ["zero3+w4", "qlora+fsdp-offload+gc+w2"])
-def test_a_formula_cell_is_searched_by_its_rule_over_interpolated_traces(technique):
-    """A ZeRO/FSDP-offload cell's per-rank figure is a rule over the single-process trace
-    (bench/estimate/partition.py): the search interpolates that trace and applies the record's rule.
-    At shapes it never simulated, that equals the full simulation's per-rank reserved peak to the
-    byte, and every answer's evidence is a simulated shape's figure."""
+def test_a_rank_cell_is_searched_over_its_rank_s_interpolated_traces(technique):
+    """A ZeRO/FSDP-offload cell's per-rank figure is its rank's own program (the ZeRO rank that peaks,
+    FSDP's rank 0): the search interpolates that rank's traces. At shapes it never simulated, that
+    equals the full simulation's per-rank reserved peak to the byte, and every answer's evidence is a
+    simulated shape's figure."""
     spec = on_tiny_llama(matrix.load()[("qwen2.5-7b" if "zero" in technique else "llama-3.1-70b") + f"__sim__{technique}"])
     spec.update(seq_len=512)
     with SimPool() as pool:
