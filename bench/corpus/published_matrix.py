@@ -22,7 +22,8 @@ the baseline cell (a full fp32 fine-tune is no corpus row). LoRA options are not
 ``LORA_OPTIONS`` holds them per row, from the config the source's row ran (each entry says where
 it was read). A cell id names model and techniques, not options; where two rows would make the
 same cell id with different settings (peft's LoRA rank 32 and rank 64 rows), the later row's cell
-spells its batch and sequence as techniques too (``+b4+s768``: the same shape, another id).
+spells its batch and sequence as techniques too (``+b4+s768``: the same shape, another id), and a third
+its batch alone (``+b4``: peft's rank-10 MLP row beside those two).
 """
 from __future__ import annotations
 
@@ -69,6 +70,10 @@ LORA_OPTIONS: dict[str, dict] = {
     "peft-mmqa-dora-r32": {"r": 32, "target_modules": ["q_proj", "v_proj"], "adapter_dtype": "fp32"},
     # held out: rsLoRA changes only the adapter's scaling, so its row shares the rank-64 cell
     "peftmc-lora-r64-rslora": {"r": 64, "target_modules": ["q_proj", "v_proj"], "adapter_dtype": "fp32"},
+    # held out: its experiment (lora/llama-3.2-3B-rank10-target-mlp, the row's recipe): rank 10, alpha 20 on the MLP
+    # projections only; peft's default dropout 0.0 and fp32 adapters
+    "peftmc-lora-r10-mlp": {"r": 10, "alpha": 20, "target_modules": ["up_proj", "gate_proj", "down_proj"],
+                            "adapter_dtype": "fp32"},
     # our own H200 runs: matrix/cuda-h200.yaml's technique_options
     "h200-": _matrix_lora("cuda-h200.yaml"),
     # our own H200 FSDP1 rank runs: matrix/cuda-h200-fsdp1.yaml's technique_options (fms-acceleration's)
@@ -150,14 +155,16 @@ def plan(rows: list[dict]) -> list[dict]:
         opts = lora_options(row["id"]) if tech.knobs(row["techniques"].split("+"))["adapter"] else {}
         settings = (row["model_config"], row["gpu_profile"], row["batch_size"], row["seq_len"],
                     tuple(sorted((k, str(v)) for k, v in opts.items())))
-        combo = row["techniques"]
-        cid = f"{row['model_config']}__sim__{combo}"
-        if cells.setdefault(cid, settings) != settings:
-            combo = f"{combo}+b{row['batch_size']}+s{row['seq_len']}"
+        # the cell id names model and techniques; a row whose settings differ from an earlier row's under the
+        # same id spells its shape too, its batch and length, then its batch alone (the same shape either way)
+        for combo in (row["techniques"], f"{row['techniques']}+b{row['batch_size']}+s{row['seq_len']}",
+                      f"{row['techniques']}+b{row['batch_size']}"):
             cid = f"{row['model_config']}__sim__{combo}"
-            if cells.setdefault(cid, settings) != settings:
-                entry["reason"] = f"its cell {cid} is already another row's with other settings"
-                continue
+            if cells.setdefault(cid, settings) == settings:
+                break
+        else:
+            entry["reason"] = f"its cell {cid} is already another row's with other settings"
+            continue
         study = f"published-{_slug(row['model_config'])}-{_slug(row['gpu_profile'])}-b{row['batch_size']}-s{row['seq_len']}"
         if opts:
             study += f"-r{opts.get('r', 8)}"
