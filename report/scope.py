@@ -36,8 +36,8 @@ def section(df: pd.DataFrame, fits: pd.DataFrame | None = None) -> dict:
                      "of multi-GPU cells (FSDP2's streams are in: each rank's own traced step, with or without CPU offload, "
                      "replayed with a pool per stream, within 1% of one rank's reserved memory on an H100); ZeRO is each "
                      "rank's own DeepSpeed program (equal to real DeepSpeed ranks on a tiny model at 2 and 4, "
-                     "unchecked on a GPU), but for QLoRA under ZeRO-3 and one GPU, worked out by formula (marked "
-                     "'analytic'). NCCL's device buffers are in the need, "
+                     "unchecked on a GPU; QLoRA under ZeRO-3 with the checkpoint it runs), but on one GPU, worked out by "
+                     "formula (marked 'analytic'). NCCL's device buffers are in the need, "
                      "modelled from NCCL's defaults for the world size and the card's interconnect (76 MiB to about "
                      "1 GiB a GPU), not measured.")
     items.append("Other processes on the card (a display, a second job) and the memory nvidia-smi shows above "
