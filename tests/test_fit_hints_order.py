@@ -103,3 +103,23 @@ def test_accumulation_under_fsdp_names_what_its_need_leaves_out():
         base = {**_line(technique, "oom", 30), "fit": fit}
         (hint,) = tofit.shape_hints(base, "rtx-4090", 24 * GiB)
         assert ("sync_each_batch=True" in hint["change"]) is caveat, (technique, hint["change"])
+
+
+def test_a_hint_on_a_record_that_breaks_a_consistency_rule_says_so():
+    """The 70B QLoRA + ZeRO-3 hint: gc-reentrant "fits" a 24 GB card at 23.50 GiB, from a record whose modelled
+    reserved peak is +26% over its allocated one, most of that fragmentation made while the model loads
+    (bench/records/consistency.py): the hint keeps its figure and says the rule it breaks, in the text and the JSON."""
+    from types import SimpleNamespace
+
+    from bench.fit import guard
+    base = _line("qlora+zero3+gc+w4", "oom", 52.8, step_s=9.0)
+    fine = _line("qlora+zero3+gc-reentrant+w4", "fits", 22.5, step_s=9.5)
+    broken = _line("qlora+zero3+gc-reentrant+w4", "fits", 22.5, step_s=9.5)
+    broken["record"].update(peak_bytes=int(17.9 * GiB), allocator_model={
+        "allocated_peak_bytes": int(17.9 * GiB), "fragmentation_growth": [{"step": -1, "phase": "load", "bytes": 9 * GiB}]})
+    assert tofit._hint("reentrant", fine, base, "rtx-4090", 23 * GiB)["broken_rules"] == []
+    hint = dict(tofit._hint("reentrant", broken, base, "rtx-4090", 23 * GiB), for_recipe="qlora+zero3+gc+w4")
+    [problem] = hint["broken_rules"]
+    assert "arises while the model loads" in problem
+    q = SimpleNamespace(recipe=None, notes=[])
+    assert f"    not to be trusted: {problem}" in guard.describe(q, [hint], [], 1).splitlines()

@@ -206,6 +206,7 @@ def describe(q, hints: list[dict], warns: list[str], code: int, host_said: list[
             mark = "fits" if h["fits"] else h.get("verdict") or "?"
             out.append(f"  {h['for_recipe']}: {h['change']}: {mark}, need {_gib(h['need_bytes'])}"
                        f" (headroom {_gib(h['headroom_bytes'])}); {h['speed_cost']} [{h['provenance']}]")
+            out += [f"    not to be trusted: {p}" for p in h.get("broken_rules") or []]
     out += [""] + [f"warning: {w}" for w in warns]
     out.append(f"guard: exit {code} ({'fits' if code == OK else 'does not fit'}; 0 fits, 1 does not fit, "
                "2 bad input)")

@@ -11,6 +11,7 @@ from bench import cli_format
 from bench.estimate import speedcv, verdicts
 from bench.estimate.measures import beside_bytes, need_bytes, nccl_bytes
 from bench.fit.stored import ROOT
+from bench.records import consistency
 from bench.search import fits_csv
 
 GiB = 2**30
@@ -105,6 +106,7 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
                 out.append(f"    {what}: {text}")
         if cli_format.rank_note(rec, gpu):
             out.append(f"    {cli_format.rank_note(rec, gpu)}")
+        out += [f"    not to be trusted: {p}" for p in consistency.record_problems(rec)]  # a rule the record breaks
         if ln.get("verdict") == "tight" and (said := tight_line(rec, need, profile, gpu)):
             out.append(f"    {said}")
         note = ((rec.get("details") or {}).get("verdict_notes") or {}).get(gpu)

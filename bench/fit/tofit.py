@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from bench.estimate import speedcv, verdicts
 from bench.estimate.measures import beside_bytes, need_bytes, nccl_bytes
+from bench.records import consistency
 from bench.search import fits_csv
 from bench.cells.techniques import BNB_OPTIMIZERS, knobs
 
@@ -132,7 +133,8 @@ def _hint(what: str, line: dict, base: dict, gpu: str, cap: int) -> dict:
             "headroom_bytes": cap + verdicts.RESERVE_BYTES + _outside(base, gpu) - need if need is not None else None,
             "speed_cost": _with_also(cost, also, _step(line, gpu)[0], _step(base, gpu)[0]),
             "also_changes": also, "step_s": _step(line, gpu)[0],
-            "provenance": "sim (memory); modelled (speed)", "source": line.get("source")}
+            "provenance": "sim (memory); modelled (speed)", "source": line.get("source"),
+            "broken_rules": consistency.record_problems(line.get("record") or {})}
 
 
 def _with_also(cost: str, also: str | None, step, base_step) -> str:
@@ -238,7 +240,7 @@ def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict
     technique lists) -> lines`` answers recipes as the fit command does."""
     cap = verdicts.capacity(profile, _nccl(base, gpu))  # the search's peaks are the asked recipe's
     if base.get("verdict") == "fits":
-        return [dict(h, also_changes=None) for h in next_step(base, gpu, cap)]
+        return [dict(h, also_changes=None, broken_rules=h.get("broken_rules") or []) for h in next_step(base, gpu, cap)]
     if (base.get("record") or {}).get("status") != "ok":
         return []
     names = [n for n in base["technique"].split("+") if n != "baseline"]
@@ -272,7 +274,8 @@ def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict
                 break
     out.sort(key=lambda h: (not h["fits"], rank(h["change"]), h["step_s"] if h["step_s"] is not None else float("inf"),
                             h["need_bytes"] or 0))
-    return [dict(h, also_changes=h.get("also_changes")) for h in out]  # one set of keys for every hint
+    return [dict(h, also_changes=h.get("also_changes"), broken_rules=h.get("broken_rules") or [])
+            for h in out]  # one set of keys for every hint
 
 
 def _plus(value, outside: int = 0):
