@@ -240,7 +240,7 @@ def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict
     technique lists) -> lines`` answers recipes as the fit command does."""
     cap = verdicts.capacity(profile, _nccl(base, gpu))  # the search's peaks are the asked recipe's
     if base.get("verdict") == "fits":
-        return [dict(h, also_changes=None, broken_rules=h.get("broken_rules") or []) for h in next_step(base, gpu, cap)]
+        return [_keyed(h) for h in next_step(base, gpu, cap)]
     if (base.get("record") or {}).get("status") != "ok":
         return []
     names = [n for n in base["technique"].split("+") if n != "baseline"]
@@ -274,8 +274,13 @@ def hints(base: dict, gpu: str, profile: dict, evaluate, say=print) -> list[dict
                 break
     out.sort(key=lambda h: (not h["fits"], rank(h["change"]), h["step_s"] if h["step_s"] is not None else float("inf"),
                             h["need_bytes"] or 0))
-    return [dict(h, also_changes=h.get("also_changes"), broken_rules=h.get("broken_rules") or [])
-            for h in out]  # one set of keys for every hint
+    return [_keyed(h) for h in out]
+
+
+def _keyed(h: dict) -> dict:
+    """One set of keys for every hint: a shape or next-step hint (the asked recipe's own search) has no
+    dtype change and no record of its own whose rules it could break."""
+    return dict(h, also_changes=h.get("also_changes"), broken_rules=h.get("broken_rules") or [])
 
 
 def _plus(value, outside: int = 0):
