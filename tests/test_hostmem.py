@@ -173,3 +173,33 @@ def test_70b_qlora_on_one_48gb_card_needs_one_shard_of_host_memory_not_the_check
     line = {"technique": "qlora+gc", "verdict": rec["verdicts"]["rtx-a6000"], "record": rec}
     assert guard.exit_code([line], "rtx-a6000", asked=True, host_bytes=hostmem.parse_bytes("64GB")) == guard.OK
     assert "within the 59.60 GiB given" in guard.host_lines([line], "rtx-a6000", hostmem.parse_bytes("64GB"))[1]
+
+
+def test_each_placement_holds_on_the_host_what_its_readers_hold():
+    """zero.Init: rank 0 alone reads the checkpoint, whole (transformers 5.23 maps it to "meta" on the
+    others); a rank that loads its own copy (ZeRO-1/2, QLoRA under ZeRO-3, the same-device pitfall) holds
+    one shard file at a time; an offloading engine adds the shards it keeps. Qwen2.5-7B's 15.2 GB bf16
+    checkpoint at 8 ranks: 15.2 GB for zero.Init, where one copy a rank said 121.9 GB."""
+    stored, weights, n = 15_231_233_024, 15_231_233_024, 8
+    host = {p: loadplan.per_gpu_bytes(p, weights, 10**9, 4 * 10**8, n, stored)[1] for p in loadplan.PLACEMENTS}
+    assert host["zero-init"] == host["fsdp-meta"] == stored
+    assert host["zero-init-offload"] == host["fsdp-meta-offload"] == stored + weights
+    assert host["full-per-rank"] == host["same-device"] == n * loadplan.SHARD_BYTES
+
+
+def test_what_no_engine_shards_is_on_every_gpu_at_load():
+    """bitsandbytes' quantization state stays whole on every rank; QLoRA under ZeRO-3 loads the whole
+    4-bit model onto each GPU first (bench/worker/sim/simulate.py engine_placement)."""
+    from bench.worker.sim import simulate
+    plain = {p: loadplan.per_gpu_bytes(p, 40 * GIB, GIB, GIB // 2, 4)[0] for p in loadplan.PLACEMENTS}
+    quant = {p: loadplan.per_gpu_bytes(p, 40 * GIB, GIB, GIB // 2, 4, replicated=GIB)[0] for p in loadplan.PLACEMENTS}
+    assert all(quant[p] - plain[p] == GIB for p in loadplan.PLACEMENTS if p != "same-device")
+    assert quant["same-device"] - plain["same-device"] == 4 * GIB
+    assert plain["zero-init-offload"] == GIB and plain["full-per-rank"] == 40 * GIB
+    knobs = {"adapter": "qlora", "dist": "zero3"}
+    assert simulate.engine_placement(knobs) == "full-per-rank"
+    assert simulate.engine_placement(dict(knobs, dist="zero3-offload")) == "full-per-rank"
+    assert simulate.engine_placement(dict(knobs, adapter="lora")) == "zero-init"
+    assert simulate.engine_placement(dict(knobs, adapter="lora", dist="zero3-offload")) == "zero-init-offload"
+    assert simulate.engine_placement(dict(knobs, dist="fsdp")) == "fsdp-meta"
+    assert simulate.engine_placement(dict(knobs, adapter=None, dist="zero2")) == "full-per-rank"

@@ -12,15 +12,16 @@ All ranks of a cell are taken to share one node (the matrix's world sizes are 1-
   the H200 run (results/reference/cuda-h200: 1.47-1.71 GiB);
 - ``load``: what the load holds on the host at its peak. For a sharded cell, its engine's placement
   (bench/estimate/loadplan.py ``host_bytes``): the checkpoint as stored (unquantized, in its config's
-  dtype) whole, once for every process that reads it (rank 0 materializes the model on the host
-  under FSDP's CPU-RAM-efficient load, every rank reads it under ZeRO), and the shards an offloading
-  engine keeps there. For a single process, the largest shard file of that checkpoint
-  (``details.load_phase.largest_shard_bytes``, loadplan.py ``largest_shard``: min(checkpoint, 5 GB),
-  save_pretrained's 5 GB shards as on the Hub, loaded one shard file at a time by transformers 4.x and
-  memory-mapped and copied tensor by tensor by transformers 5); a record made before that field
-  counts its whole ``checkpoint_bytes``. Measured on the H200 (results/reference/cuda-h200): a QLoRA
-  load's host RSS grew by the whole fp32 checkpoint it read, one file under 5 GB (Llama-3.2-1B:
-  5.64 GB at load against about 1.1 GB for a model built on the GPU), though the GPU got 4-bit weights;
+  dtype) whole where one rank reads it all (rank 0 under FSDP's CPU-RAM-efficient load and under
+  DeepSpeed's zero.Init), one shard file a rank where every rank loads its own copy (ZeRO-1/2, QLoRA
+  under ZeRO-3), and the shards an offloading engine keeps there. For a single process, the largest
+  shard file of that checkpoint (``details.load_phase.largest_shard_bytes``, loadplan.py
+  ``largest_shard``: min(checkpoint, 5 GB), save_pretrained's 5 GB shards as on the Hub, loaded one
+  shard file at a time by transformers 4.x and memory-mapped and copied tensor by tensor by
+  transformers 5); a record made before that field counts its whole ``checkpoint_bytes``. Measured on
+  the H200 (results/reference/cuda-h200): a QLoRA load's host RSS grew by the whole fp32 checkpoint it
+  read, one file under 5 GB (Llama-3.2-1B: 5.64 GB at load against about 1.1 GB for a model built on
+  the GPU), though the GPU got 4-bit weights;
 - ``offloaded``: what each rank keeps in host memory during the step (DeepSpeed and FSDP offload:
   parameter shards, gradients, optimizer states, ``details.offloaded_bytes``; pinned where the
   engine pins them, so not swappable), times the ranks;
@@ -39,8 +40,9 @@ import re
 RUNTIME_BYTES = int(1.75 * 2**30)
 HOW = ("modelled: per node, all ranks on one: each process's runtime (1.75 GiB, the H200 run's host peak RSS), "
        "plus the larger of the load's host bytes and the step's offloaded and paged-out bytes. The load: for a "
-       "sharding engine, the checkpoint as stored, whole, once per process that reads it, and the shards an "
-       "offloading engine keeps (bench/estimate/loadplan.py); for a single process, its largest shard file, "
+       "sharding engine, the checkpoint as stored, whole where one rank reads it all (FSDP, zero.Init), a shard "
+       "file a rank where each rank loads its own copy, and the shards an offloading engine keeps "
+       "(bench/estimate/loadplan.py); for a single process, its largest shard file, "
        "min(checkpoint, 5 GB: save_pretrained's shards, loaded one at a time). The data loader not included")
 UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}

@@ -7,13 +7,23 @@ A multi-GPU fine-tune can run out of memory before its first step, while it load
 each GPU holds then depends on how the libraries place the weights, not on the step:
 
 - ``full-per-rank``: every rank runs ``from_pretrained`` onto its own GPU and the engine
-  partitions afterwards (DeepSpeed ZeRO-3 without ``zero.Init``: transformers only partitions
-  on load when ``is_deepspeed_zero3_enabled()`` is true before the model is built). Each GPU
-  holds the whole model in its load dtype; each process also reads it through host memory.
+  partitions afterwards. DeepSpeed ZeRO-1/2 keep the whole model on every rank anyway; under
+  ZeRO-3 a quantized model (QLoRA) is built so: transformers 5.23 builds a quantized model on the
+  meta device, never under ``zero.Init`` (``get_init_context``: zero.Init only "if not
+  is_quantized"), and bitsandbytes' quantizer sets ``device_map={"": torch.cuda.current_device()}``
+  when none is given (``update_device_map``), so each rank loads the whole 4-bit model onto its
+  GPU; ``deepspeed.initialize`` then partitions it (``_convert_to_zero_parameters``) and empties
+  the cache (ZeRO-3's ``defragment``). Each GPU holds the whole model as loaded; each process reads
+  the checkpoint through host memory one shard file at a time (``largest_shard``).
 - ``zero-init``: DeepSpeed's ``zero.Init`` (transformers' HfDeepSpeedConfig / accelerate's
-  ``zero3_init_flag``): each parameter is partitioned as it is created, and loading gathers one
-  parameter at a time to copy its values in. Each GPU holds 1/N of the weights plus the largest
-  parameter gathered whole.
+  ``zero3_init_flag``), a model that is not quantized: each parameter is partitioned as it is
+  created, and loading gathers one module's parameters at a time to copy rank 0's values in. Each
+  GPU holds 1/N of the weights plus the largest parameter gathered whole. Only rank 0 reads the
+  checkpoint, whole: transformers 5.23's ``_load_pretrained_model`` merges every file into one
+  state dict with ``map_location = "cpu" if torch.distributed.get_rank() == 0 else "meta"``.
+- ``zero-init-offload``: the same under ZeRO-3's parameter offload (``offload_param``): ``zero.Init``
+  creates each partition on the host (its ``remote_device``), so a GPU holds the parameter being
+  loaded; the host holds rank 0's state dict and every rank's partitions.
 - ``fsdp-meta``: FSDP with ``cpu_ram_efficient_loading`` (accelerate, TRL, PEFT's FSDP guide):
   rank 0 loads on the host, the others build on the meta device, and ``sync_module_states``
   broadcasts unit by unit while sharding. Each GPU holds 1/N of the weights plus one unit
@@ -25,12 +35,15 @@ each GPU holds then depends on how the libraries place the weights, not on the s
   or ``"cuda"`` under torchrun, no ``LOCAL_RANK`` handling): every rank places its whole copy
   on GPU 0, beside N CUDA contexts.
 
-The per-GPU figure is the weights a GPU holds at the load's peak plus, for ``same-device``,
-the other ranks' CUDA contexts; the caller's GPU capacity already leaves one context aside
-(bench/estimate/verdicts.py RESERVE_BYTES). The host figure is the checkpoint as stored, once per
-process that reads it, plus the shards an offloading engine keeps there. A single process's
-own load (no sharding engine) holds one shard file of it at a time (``largest_shard``). Not
-modelled: the allocator's fragmentation during the load (each tensor is one block), NCCL's buffers.
+The per-GPU figure is the weights a GPU holds at the load's peak, plus what no engine shards
+(``replicated``: bitsandbytes' quantization state, whole on every rank: FSDP2 and ZeRO-3 shard
+registered parameters only), plus, for ``same-device``, the other ranks' CUDA contexts; the
+caller's GPU capacity already leaves one context aside (bench/estimate/verdicts.py RESERVE_BYTES).
+The host figure is what the processes that read the checkpoint hold of it at once (rank 0's whole
+state dict where one rank reads it all; a shard file a process where every rank loads its own
+copy), plus the shards an offloading engine keeps there. Not modelled: the allocator's
+fragmentation during the load (each tensor is one block), NCCL's buffers, the page cache that
+processes memory-mapping the same files share.
 """
 from __future__ import annotations
 
@@ -39,8 +52,11 @@ from bench.estimate import verdicts
 PROVENANCE = "modelled"
 PLACEMENTS = {
     "full-per-rank": "every rank loads the whole model onto its own GPU, partitioned afterwards "
-                     "(ZeRO-3 without zero.Init)",
-    "zero-init": "DeepSpeed zero.Init: partitioned as created, one parameter gathered at a time to load it",
+                     "(ZeRO-1/2; ZeRO-3 of a quantized model, which transformers never builds under zero.Init)",
+    "zero-init": "DeepSpeed zero.Init: partitioned as created, one parameter gathered at a time to load it, "
+                 "rank 0 alone reading the checkpoint",
+    "zero-init-offload": "DeepSpeed zero.Init with parameter offload: partitions created in host memory, "
+                         "one parameter on the GPU at a time",
     "fsdp-meta": "FSDP cpu_ram_efficient_loading: rank 0 loads on the host, the others on meta, "
                  "broadcast and sharded unit by unit",
     "fsdp-meta-offload": "FSDP cpu_ram_efficient_loading with CPU offload: one unit on the GPU at a time, "
@@ -79,30 +95,36 @@ def largest_shard(stored: int) -> int:
 
 
 def per_gpu_bytes(placement: str, weights: int, largest: int, unit: int, n: int,
-                  stored: int | None = None) -> tuple[int, int]:
+                  stored: int | None = None, replicated: int = 0) -> tuple[int, int]:
     """(bytes on the most loaded GPU at the load's peak, host bytes on the node) for one placement.
-    ``stored``: the checkpoint as stored (its dtype, not quantized; default ``weights``): each
-    process that reads it holds it in host memory while it loads (the H200 run: a QLoRA load's host
-    RSS grew by the whole fp32 checkpoint it read, though the GPU got 4-bit weights)."""
+    ``stored``: the checkpoint as stored (its dtype, not quantized; default ``weights``): rank 0 holds
+    it whole where it alone reads it (zero.Init, FSDP's CPU-RAM-efficient load); a process that loads
+    its own copy holds its largest shard file at once (``largest_shard``; the H200 run: a QLoRA load's
+    host RSS grew by the whole fp32 one-file checkpoint it read, though the GPU got 4-bit weights).
+    ``replicated``: bytes every GPU holds whole whatever the placement (bitsandbytes' quantization state)."""
     read = weights if stored is None else stored
+    own = n * largest_shard(read)
     if placement == "full-per-rank":
-        return weights, n * read
+        return weights + replicated, own
     if placement == "zero-init":
-        return -(-weights // n) + largest, n * read
+        return -(-weights // n) + largest + replicated, read
+    if placement == "zero-init-offload":
+        return largest + replicated, read + weights
     if placement == "fsdp-meta":
-        return -(-weights // n) + unit, read
+        return -(-weights // n) + unit + replicated, read
     if placement == "fsdp-meta-offload":
-        return unit, read + weights
+        return unit + replicated, read + weights
     if placement == "same-device":
-        return n * weights + (n - 1) * verdicts.CUDA_CONTEXT_BYTES, n * read
+        return n * (weights + replicated) + (n - 1) * verdicts.CUDA_CONTEXT_BYTES, own
     raise ValueError(f"unknown placement {placement!r}")
 
 
-def placements(weights: int, largest: int, unit: int, n: int, profiles: dict, stored: int | None = None) -> dict:
+def placements(weights: int, largest: int, unit: int, n: int, profiles: dict, stored: int | None = None,
+               replicated: int = 0) -> dict:
     """Every placement's per-GPU bytes, host bytes and {gpu: "fits" | "oom while loading"}."""
     out = {}
     for name, how in PLACEMENTS.items():
-        gpu, host = per_gpu_bytes(name, weights, largest, unit, n, stored)
+        gpu, host = per_gpu_bytes(name, weights, largest, unit, n, stored, replicated)
         out[name] = {"how": how, "gpu_bytes": gpu, "host_bytes": host,
                      "verdicts": {g: "fits" if gpu <= verdicts.capacity(p) else "oom while loading"
                                   for g, p in profiles.items()}}

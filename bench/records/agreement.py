@@ -131,7 +131,8 @@ def _load_plan(rec: dict, details: dict, profiles: dict) -> tuple[list[str], dic
         if load["world_size"] != rec["world_size"]:
             out.append(f"details.load_phase.world_size is {load['world_size']!r}, the record ran {rec['world_size']}")
         plans = loadplan.placements(load["weights_bytes"], load["largest_param_bytes"], load["unit_bytes"],
-                                    rec["world_size"], profiles, load.get("checkpoint_bytes"))
+                                    rec["world_size"], profiles, load.get("checkpoint_bytes"),
+                                    load.get("replicated_bytes", 0))
         load_verdicts = plans[load["placement"]]["verdicts"]
         out += _differ("details.load_phase.verdicts", load["verdicts"], load_verdicts)
     return out, load_verdicts

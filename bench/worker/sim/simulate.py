@@ -227,16 +227,26 @@ def nccl_details(spec: dict, details: dict) -> dict[str, int]:
 
 
 # how each sharding engine loads the model as people launch it (accelerate, TRL, the HF Trainer)
-ENGINE_PLACEMENT = {"zero3": "zero-init", "zero3-offload": "zero-init", "fsdp": "fsdp-meta",
+ENGINE_PLACEMENT = {"zero3": "zero-init", "zero3-offload": "zero-init-offload", "fsdp": "fsdp-meta",
                     "fsdp-offload": "fsdp-meta-offload", "fsdp1": "fsdp-meta"}
+QUANTIZED_ZERO3 = "full-per-rank"  # transformers builds a quantized model without zero.Init (loadplan.py)
+
+
+def engine_placement(knobs: dict) -> str:
+    """The placement of the cell's load (``ENGINE_PLACEMENT``); a QLoRA base under ZeRO-3 loads whole on
+    every rank's GPU before DeepSpeed partitions it (bench/estimate/loadplan.py ``full-per-rank``)."""
+    dist = knobs["dist"]
+    if knobs["adapter"] == "qlora" and dist in ("zero3", "zero3-offload"):
+        return QUANTIZED_ZERO3
+    return ENGINE_PLACEMENT.get(dist, "full-per-rank")
 
 
 def checkpoint(spec: dict, params_total: int) -> dict:
     """The model's checkpoint as stored, for the load's host memory (bench/estimate/hostmem.py, loadplan.py):
 
     - ``checkpoint_bytes``: every weight, unquantized, in the config's ``torch_dtype`` (transformers'
-      default fp32 where it names none): what a sharding engine's rank 0 (FSDP) or every rank (ZeRO)
-      holds on the host as it loads;
+      default fp32 where it names none): what the rank that reads it whole (rank 0 under FSDP's
+      CPU-RAM-efficient load and under zero.Init) holds on the host as it loads;
     - ``largest_shard_bytes``: what a single process's own load holds of it at once, its largest
       shard file, min(checkpoint, 5 GB) (``loadplan.largest_shard``: ``SHARD_BYTES`` is 5 GB, the
       default ``max_shard_size`` of transformers 4.x's ``PreTrainedModel.save_pretrained`` and the Hub's
@@ -260,19 +270,21 @@ def checkpoint(spec: dict, params_total: int) -> dict:
 def multi_process_load(facts: dict, spec: dict, replayed: dict, profiles: dict, out: dict) -> dict:
     """The load phase of a ZeRO/FSDP cell per rank (bench/estimate/loadplan.py): every placement's bytes
     and verdicts at the cell's world size, and the one the cell's engine uses as launched by
-    accelerate and the HF Trainer (``ENGINE_PLACEMENT``: zero.Init for ZeRO-3, CPU-RAM-efficient
-    loading for FSDP; ZeRO-1/2 keep the whole model on every rank anyway)."""
+    accelerate and the HF Trainer (``engine_placement``: zero.Init for ZeRO-3, each rank's whole
+    quantized model for QLoRA under ZeRO-3, CPU-RAM-efficient loading for FSDP; ZeRO-1/2 keep the
+    whole model on every rank anyway)."""
     from bench.estimate import loadplan
     units = facts["units"]  # the model's (bench/worker/sim/measure.py ``model_facts``)
     weights = sum(pb for pb, _ in units)
     largest = facts["largest_param_bytes"]
     unit = max((pb for pb, _ in units[1:-1]), default=0)  # one decoder layer
-    n, dist = spec["world_size"], spec["knobs"]["dist"]
-    stored = checkpoint(spec, out["params_total"])["checkpoint_bytes"]  # rank 0 / every rank holds it whole
-    plans = loadplan.placements(weights, largest, unit, n, profiles, stored)
-    chosen = ENGINE_PLACEMENT.get(dist, "full-per-rank")
+    n = spec["world_size"]
+    stored = checkpoint(spec, out["params_total"])["checkpoint_bytes"]  # as read: rank 0's whole, or a shard a rank
+    replicated = facts["quant_state_bytes"]  # whole on every GPU whatever the placement
+    plans = loadplan.placements(weights, largest, unit, n, profiles, stored, replicated)
+    chosen = engine_placement(spec["knobs"])
     return {"placement": chosen, "how": loadplan.PLACEMENTS[chosen], "weights_bytes": weights,
-            "checkpoint_bytes": stored,
+            "checkpoint_bytes": stored, "replicated_bytes": replicated,
             "largest_param_bytes": largest, "unit_bytes": unit, "world_size": n,
             "verdicts": plans[chosen]["verdicts"], "placements": plans, "provenance": loadplan.PROVENANCE,
             "single_process": verdicts.load_phase(replayed, profiles, out.get("load_host_peak_rss_bytes"))}
