@@ -28,6 +28,24 @@ def test_fragmentation_left_by_the_load_breaks_the_rule():
     assert consistency.record_problems(broken) and "loads" in consistency.record_problems(broken)[0]
 
 
+def test_the_load_judged_by_what_it_leaves_free_not_by_the_segments_it_reserved():
+    """Llama-3.1-70B QLoRA + ZeRO-3 at 4 ranks: the load's shards, each in a segment of its own, reserve
+    10.45 GiB "while the cache held as many free bytes" (tails of rounded segments), yet leave 0.46 GiB
+    free when the step starts; the excess is the step's. A load that leaves most of the excess free
+    breaks the rule whatever the growth says."""
+    growth = [{"step": -1, "phase": "other", "bytes": int(10.45 * GIB)}, {"step": 1, "phase": "forward", "bytes": 3 * GIB}]
+    step_made = rec(int(22.54 * GIB), int(17.92 * GIB), growth)
+    step_made["allocator_model"].update(load_end_reserved_bytes=int(11.53 * GIB), load_end_allocated_bytes=int(11.07 * GIB))
+    assert consistency.record_problems(step_made) == []
+    assert "step 1's forward" in consistency.reserved_note(step_made)
+    load_made = rec(22 * GIB, 9 * GIB, [{"step": 0, "phase": "forward", "bytes": GIB}])
+    load_made["allocator_model"].update(load_end_reserved_bytes=20 * GIB, load_end_allocated_bytes=7 * GIB)
+    assert "leaves 13.00 GiB cached and free" in consistency.record_problems(load_made)[0]
+    nothing_in_step = rec(30 * GIB, 20 * GIB, [{"step": -1, "phase": "other", "bytes": 5 * GIB}])
+    nothing_in_step["allocator_model"].update(load_end_reserved_bytes=10 * GIB, load_end_allocated_bytes=10 * GIB)
+    assert "no fragmentation_growth inside the step" in consistency.record_problems(nothing_in_step)[0]
+
+
 def test_stated_reasons_keep_the_rule():
     inside = rec(84 * GIB, 71 * GIB, [{"step": 0, "phase": "backward", "bytes": 20 * GIB}])
     assert consistency.record_problems(inside) == []
