@@ -84,6 +84,19 @@ def test_paged_state_excluded_for_torch_counted_measures_only():
     assert sb.simulated_figure(rec, "active", "rtx-4090")[0] == rec["peak_bytes"]
 
 
+def test_a_load_that_holds_more_than_the_step_is_the_runs_peak():
+    """QLoRA under ZeRO-3: each rank loads the whole 4-bit model before DeepSpeed partitions it; a peak
+    measured over the run holds that load. A load that holds less changes nothing."""
+    rec = _record("c")
+    rec["details"]["load_phase"] = {"placement": "full-per-rank", "placements": {"full-per-rank": {"gpu_bytes": 30 * GIB}}}
+    for m, step in (("allocated", 17 * GIB), ("reserved", 22 * GIB)):
+        got, how = sb.simulated_figure(rec, m, "rtx-4090")
+        assert got == 30 * GIB and "full-per-rank holds 30.00 GiB" in how and sb.step_figure(rec, m, "rtx-4090")[0] == step
+    assert sb.simulated_figure(rec, "nvidia-smi", "rtx-4090")[0] == 30 * GIB + verdicts.RESERVE_BYTES
+    rec["details"]["load_phase"]["placements"]["full-per-rank"]["gpu_bytes"] = 10 * GIB
+    assert sb.simulated_figure(rec, "reserved", "rtx-4090") == sb.step_figure(rec, "reserved", "rtx-4090")
+
+
 def test_reserved_measure_without_a_modelled_reserved_peak_is_not_covered():
     assert sb.simulated_figure(_record("c", reserved=None), "reserved", "rtx-4090")[0] is None
 

@@ -34,6 +34,12 @@ The measure rule: the row's ``measure`` decides which simulated figure it is com
   GPU (``details.paging``) + a rank's NCCL buffers;
 - not-stated: compared as allocated (the rule above), and the row says so.
 
+Each measure is a peak over the run, the model's load included: a sharded record's figure is the larger
+of the step's and what one GPU holds while the model loads as its engine places it
+(``details.load_phase``, bench/estimate/loadplan.py; plus the reserve for nvidia-smi). That differs from
+the step's only where the load holds more, as QLoRA under ZeRO-3 does: each rank loads the whole 4-bit
+model before DeepSpeed partitions it.
+
 A peer gives one figure whatever the measure; it is compared as it is, and only on the rows it is
 built to answer: DeepSpeed's and accelerate's estimators count a full fine-tune's model states,
 so a LoRA or QLoRA row, or one under another ZeRO stage, is not covered (bench/corpus/peer_scope.py). Signed error = predicted /
@@ -85,7 +91,23 @@ def tool_names() -> list[str]:
 
 
 def simulated_figure(rec: dict, measure: str, gpu: str | None) -> tuple[int | None, str]:
-    """(bytes, how) of the record's figure that a published ``measure`` is compared with."""
+    """(bytes, how) of the record's figure that a published ``measure`` is compared with: the step's
+    (``step_figure``), or the load's per-GPU bytes where a sharded record's load holds more."""
+    step, how = step_figure(rec, measure, gpu)
+    load = (rec.get("details") or {}).get("load_phase") or {}
+    plan = (load.get("placements") or {}).get(load.get("placement")) or {}
+    if step is None or not plan.get("gpu_bytes"):
+        return step, how
+    held = int(plan["gpu_bytes"]) + (verdicts.RESERVE_BYTES if measure == "nvidia-smi" else 0)
+    if held <= step:
+        return step, how
+    return held, (f"the model's load, larger than the step: {load['placement']} holds "
+                  f"{plan['gpu_bytes'] / GIB:.2f} GiB a GPU (details.load_phase)"
+                  + (" + CUDA context/BLAS reserve" if measure == "nvidia-smi" else ""))
+
+
+def step_figure(rec: dict, measure: str, gpu: str | None) -> tuple[int | None, str]:
+    """(bytes, how) of the record's training-step figure that a published ``measure`` is compared with."""
     details = rec.get("details") or {}
     if measure in ("allocated", "active", "not-stated"):
         peak = rec.get("peak_bytes")
