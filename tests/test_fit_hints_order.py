@@ -123,3 +123,15 @@ def test_a_hint_on_a_record_that_breaks_a_consistency_rule_says_so():
     assert "arises while the model loads" in problem
     q = SimpleNamespace(recipe=None, notes=[])
     assert f"    not to be trusted: {problem}" in guard.describe(q, [hint], [], 1).splitlines()
+
+
+def test_qlora_under_zero3_is_offered_fsdp_which_shards_the_4bit_base_as_it_loads():
+    """transformers never builds a quantized model under zero.Init: each ZeRO-3 rank loads the whole 4-bit
+    model (Llama-3.1-70B: 36.9 GiB a GPU, oom on 24 GB cards however many); FSDP's CPU-RAM-efficient load
+    shards it. The swap keeps the rest of the recipe, offload included."""
+    got = dict(tofit.changes(["qlora", "zero3", "gc", "w4"]))
+    fsdp = [new for what, new in got.items() if what.startswith("FSDP instead of ZeRO-3")]
+    assert fsdp == [["qlora", "fsdp", "gc", "w4"]]
+    off = [new for what, new in tofit.changes(["qlora", "zero3-offload", "gc"]) if what.startswith("FSDP instead")]
+    assert off == [["qlora", "fsdp-offload", "gc"]]
+    assert not [w for w, _ in tofit.changes(["lora", "zero3", "bf16", "w4"]) if w.startswith("FSDP instead")]

@@ -48,6 +48,12 @@ def changes(names: list[str]) -> list[tuple[str, list[str]]]:
         # reentrant checkpoint's graph-free forward lets ZeRO-3 free each layer (tests/test_sim_deepspeed.py)
         out.append(("gradient checkpointing, reentrant (gc-reentrant)",
                     [n for n in names if n != "gc"] + ["gc-reentrant"]))
+    if k["adapter"] == "qlora" and k["dist"] in ("zero3", "zero3-offload"):
+        # transformers never builds a quantized model under zero.Init: each rank loads the whole 4-bit model onto its
+        # GPU before DeepSpeed partitions it (bench/estimate/loadplan.py); FSDP's CPU-RAM-efficient load shards it
+        swap = {"zero3": "fsdp", "zero3-offload": "fsdp-offload"}
+        out.append(("FSDP instead of ZeRO-3 (ZeRO-3 loads a 4-bit base whole on every GPU; FSDP shards it as it loads)",
+                    [swap.get(n, n) for n in names]))
     if k["precision"] != "bf16" and k["adapter"] != "qlora":
         out.append(("bf16 weights (+bf16)", [n for n in names if n not in PRECISIONS] + ["bf16"]))
     if k["optimizer"] not in BNB_OPTIMIZERS - {"paged-adamw32bit"} and k["optimizer"] not in ("sgd",):
@@ -194,7 +200,7 @@ def shape_hints(base: dict, gpu: str, cap: int) -> list[dict]:
 # same run on one GPU, then another training method (QLoRA), then offload, then more GPUs; a
 # stacked hint ranks as its last change. Within a rank: those that fit first, least step time first.
 RANKS = (("batch ", 0), ("context ", 0), ("expandable", 1), ("gradient checkpointing", 1), ("bf16", 1),
-         ("8-bit", 1), ("QLoRA", 2), ("offload", 3), ("FSDP CPU offload", 3), ("GPUs", 4))
+         ("8-bit", 1), ("QLoRA", 2), ("offload", 3), ("FSDP CPU offload", 3), ("FSDP instead", 3), ("GPUs", 4))
 
 
 def rank(change: str) -> float:
