@@ -67,10 +67,12 @@ def answer_doc(args, model: str, gpu: str, tech: str, batch: int, max_length: in
         raise Usage(f"--dataset: {tech} runs on {world} GPUs with {knobs['dist'] or 'no sharding engine'}, which sim "
                     "partitions by formula from one process's step rather than tracing a rank's own program; an "
                     "epoch replay needs a rank's own trace (FSDP: fsdp, fsdp-offload, fsdp1)")
-    if world > 1 and (knobs["dist"] or "").startswith("zero"):
+    if world > 1 and knobs["dist"] in ("zero3", "zero3-offload"):
         raise Usage(f"--dataset: {tech} runs DeepSpeed {knobs['dist']} on {world} GPUs: sim traces its rank's own "
-                    "program, but an epoch derived from that trace is checked against the rank's simulation for FSDP "
-                    "only (fsdp, fsdp-offload, fsdp1); not answered rather than unchecked")
+                    "program, but an epoch derived from a ZeRO-3 rank's trace differs from the rank's simulation "
+                    "(its gathered parameters' events: tests/test_dataset_ranks.py); epochs are checked for FSDP "
+                    "(fsdp, fsdp-offload, fsdp1) and ZeRO-1/2 (zero1, zero2, zero2-offload); not answered rather "
+                    "than unchecked")
     accum, free = knobs["accum"], bool(getattr(args, "padding_free", False))
     if free and (args.packing or accum > 1):
         raise Usage("--dataset: padding-free batches " + ("or packing: one or the other" if args.packing else
