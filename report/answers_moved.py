@@ -25,7 +25,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.estimate.measures import need_bytes
+from bench.records.stated import need_bytes
 from bench.records import atomic, results
 
 GIB = 2**30

@@ -34,7 +34,8 @@ import math
 import pandas as pd
 
 from bench.estimate import speedcv
-from bench.estimate.measures import comparable_step, need_bytes
+from bench.estimate.measures import comparable_step
+from bench.records.stated import need_bytes
 from report.compare import other_workload, parts
 from report.fmt import DASH, details, dtypes_text, fmt_count, fmt_gib, jcol, knobs, missing, provenance
 
@@ -84,7 +85,7 @@ def need_of(row, gpu: str | None = None) -> tuple[float | None, bool]:
     """(bytes the cell asks of the card ``gpu``, whether that is only a lower bound)."""
     if row["mode"] == "cuda":
         return (None, False) if missing(row["reserved_peak_bytes"]) else (float(row["reserved_peak_bytes"]), False)
-    return need_bytes(row, gpu)   # the CLI's need too (bench/estimate/measures.py): a rank's NCCL buffers on gpu
+    return need_bytes(row, gpu)   # the CLI's need too (bench/records/stated.py): a rank's NCCL buffers, the load where larger
 
 
 def world_size(r) -> int:

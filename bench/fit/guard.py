@@ -23,7 +23,8 @@ Torch-free.
 from __future__ import annotations
 
 from bench.estimate import hostmem, verdicts
-from bench.estimate.measures import blas_bytes, need_bytes
+from bench.estimate.measures import blas_bytes
+from bench.records.stated import need_bytes
 
 SCHEMA_VERSION = 1
 OK, NO_FIT, BAD_INPUT, FAILED = 0, 1, 2, 3

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from bench.estimate.measures import need_bytes
+from bench.records.stated import need_bytes
 from bench.records import atomic
 from bench.runner import launch
 

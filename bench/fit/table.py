@@ -9,7 +9,8 @@ from pathlib import Path
 
 from bench import cli_format
 from bench.estimate import speedcv, verdicts
-from bench.estimate.measures import beside_bytes, need_bytes, nccl_bytes
+from bench.estimate.measures import beside_bytes, nccl_bytes
+from bench.records.stated import need_bytes
 from bench.fit.stored import ROOT
 from bench.records import consistency
 from bench.search import fits_csv

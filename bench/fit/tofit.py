@@ -17,7 +17,8 @@ next context past the largest that fit (the search's ``peak_at_next_*``). Torch-
 from __future__ import annotations
 
 from bench.estimate import speedcv, verdicts
-from bench.estimate.measures import beside_bytes, need_bytes, nccl_bytes
+from bench.estimate.measures import beside_bytes, nccl_bytes
+from bench.records.stated import need_bytes
 from bench.records import consistency
 from bench.search import fits_csv
 from bench.cells.techniques import BNB_OPTIMIZERS, knobs
