@@ -105,7 +105,8 @@ def recipe_object(line: dict, gpu: str, cap: int, host_bytes: int | None = None)
     page = ((rec.get("details") or {}).get("paging") or {}).get(gpu)
     return {
         "technique": line["technique"], "cell": line.get("cell"), "verdict": status(line, gpu),
-        "need_bytes": need, "need_is": "modelled reserved peak of a step in the allocator's steady state plus the CUDA reserve, against "
+        "need_bytes": need, "need_is": "modelled reserved peak of a step in the allocator's steady state plus the CUDA reserve (or the model's load plus "
+        "the reserve, where a multi-GPU load holds more: bench/records/stated.py), against "
         "memory_bytes" + (", per rank" if world > 1 else ""),
         "modelled_reserved_peak_bytes": rec.get("modelled_reserved_peak_bytes"),
         "allocated_peak_bytes": rec.get("peak_bytes"),

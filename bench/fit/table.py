@@ -125,8 +125,9 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         out.append(f"speed: modelled, {cal.split(' (', 1)[0]}; {speedcv.note(cal)}.")
     out.append(f"need: the modelled reserved peak of a step (the allocator's steady state) plus the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB "
                "CUDA reserve (context, kernels) and cuBLAS's workspaces on the card, the figure the verdict sets against the card's memory and "
-               "the report's need (per rank for ZeRO/FSDP, with NCCL's buffers, whose speed is per rank and for the run; '>=' where no "
-               "reserved peak was modelled). Where each answer came from:")
+               "the report's need (per rank for ZeRO/FSDP, with NCCL's buffers, whose speed is per rank and for the run; the model's load "
+               "plus the reserve where that holds more, as QLoRA under ZeRO-3's does; '>=' where no reserved peak was modelled). "
+               "Where each answer came from:")
     for ln in lines:
         out.append(f"  {ln['technique']}: record {_short(ln.get('source', '-'))}; fits {_short(ln.get('fits_source', '-'))}")
     out += peer_lines(lines)
