@@ -20,8 +20,8 @@ cover no row. The published rules of thumb (bench/corpus/peer_rules.py: LLaMA-Fa
 Unsloth's requirements table) are peers too: looked up as published from the row's model size and
 method, on every single-GPU row with a model config and techniques, record or not.
 
-The measure rule: the row's ``measure`` decides which simulated figure it is compared with
-(``simulated_figure``):
+The measure rule (bench/corpus/measure_rule.py): the row's ``measure`` decides which simulated figure it
+is compared with (``simulated_figure``):
 
 - allocated, active: the allocated peak (``peak_bytes``) without bitsandbytes' paged optimizer
   state (``details.paged_state_bytes``, else ``allocator_model.unified_peak_bytes``): that lives in
@@ -61,6 +61,7 @@ from pathlib import Path
 from bench.corpus import board, coverage, peer_fitcheck, peer_rules, peer_scope, published
 from bench.estimate import verdicts
 from bench.corpus import published_matrix as pm
+from bench.corpus.measure_rule import COMPARED_AS, simulated_figure, step_figure  # noqa: F401  (the board's names)
 
 OURS = "ft-membench"
 # peers' ``source`` in details.peers -> the tool's name on the board
@@ -75,64 +76,11 @@ OPTIONAL_PEERS = {   # peers that cannot run here at all: listed, covering no ro
                     "this environment's transformers",
 }
 MEASURES = ("allocated", "active", "reserved", "nvidia-smi", "not-stated")
-COMPARED_AS = {
-    "allocated": "allocated peak without paged optimizer state",
-    "active": "allocated peak without paged optimizer state",
-    "not-stated": "measure not stated: compared as allocated (peak without paged optimizer state)",
-    "reserved": "modelled reserved peak",
-    "nvidia-smi": "modelled reserved peak + CUDA context/BLAS reserve + resident paged state (+ NCCL buffers "
-                  "on several GPUs)",
-}
 GIB = 2**30
 
 
 def tool_names() -> list[str]:
     return [OURS, *PEER_NAMES.values(), peer_fitcheck.NAME, *peer_rules.TOOLS, *OPTIONAL_PEERS]
-
-
-def simulated_figure(rec: dict, measure: str, gpu: str | None) -> tuple[int | None, str]:
-    """(bytes, how) of the record's figure that a published ``measure`` is compared with: the step's
-    (``step_figure``), or the load's per-GPU bytes where a sharded record's load holds more."""
-    step, how = step_figure(rec, measure, gpu)
-    load = (rec.get("details") or {}).get("load_phase") or {}
-    plan = (load.get("placements") or {}).get(load.get("placement")) or {}
-    if step is None or not plan.get("gpu_bytes"):
-        return step, how
-    held = int(plan["gpu_bytes"]) + (verdicts.RESERVE_BYTES if measure == "nvidia-smi" else 0)
-    if held <= step:
-        return step, how
-    return held, (f"the model's load, larger than the step: {load['placement']} holds "
-                  f"{plan['gpu_bytes'] / GIB:.2f} GiB a GPU (details.load_phase)"
-                  + (" + CUDA context/BLAS reserve" if measure == "nvidia-smi" else ""))
-
-
-def step_figure(rec: dict, measure: str, gpu: str | None) -> tuple[int | None, str]:
-    """(bytes, how) of the record's training-step figure that a published ``measure`` is compared with."""
-    details = rec.get("details") or {}
-    if measure in ("allocated", "active", "not-stated"):
-        peak = rec.get("peak_bytes")
-        if peak is None:
-            return None, "the record has no allocated peak"
-        paged = details.get("paged_state_bytes")
-        if paged is None:
-            paged = (rec.get("allocator_model") or {}).get("unified_peak_bytes") or 0
-        return int(peak) - int(paged) + _blas(details, gpu), COMPARED_AS[measure]
-    reserved = rec.get("modelled_reserved_peak_bytes")
-    if reserved is None:
-        return None, "the record has no modelled reserved peak"
-    if measure == "reserved":
-        return int(reserved) + _blas(details, gpu), COMPARED_AS[measure]
-    if measure == "nvidia-smi":
-        resident = ((details.get("paging") or {}).get(gpu) or {}).get("resident_bytes", 0)
-        from bench.estimate.measures import beside_bytes  # cuBLAS's workspaces; a rank's NCCL buffers
-        return int(reserved) + verdicts.RESERVE_BYTES + int(resident) + beside_bytes(details, gpu), COMPARED_AS[measure]
-    raise ValueError(f"unknown measure {measure!r}")
-
-
-def _blas(details: dict, gpu: str | None) -> int:
-    """cuBLAS's workspaces on the row's GPU: torch's allocated and reserved memory hold them, no trace does."""
-    from bench.estimate.measures import blas_bytes
-    return blas_bytes(details, gpu) if gpu else 0
 
 
 def our_verdict(rec: dict, gpu: str) -> str | None:
