@@ -16,6 +16,7 @@ step's (``step_figure``) and what one GPU holds while the model loads as its eng
 from __future__ import annotations
 
 from bench.estimate import verdicts
+from bench.search import shapes
 
 GIB = 2**30
 
@@ -34,14 +35,14 @@ def simulated_figure(rec: dict, measure: str, gpu: str | None) -> tuple[int | No
     (``step_figure``), or the load's per-GPU bytes where a sharded record's load holds more."""
     step, how = step_figure(rec, measure, gpu)
     load = (rec.get("details") or {}).get("load_phase") or {}
-    plan = (load.get("placements") or {}).get(load.get("placement")) or {}
-    if step is None or not plan.get("gpu_bytes"):
+    gpu_bytes = shapes.load_bytes(rec)   # the engine's placement, as the fits search judges it
+    if step is None or not gpu_bytes:
         return step, how
-    held = int(plan["gpu_bytes"]) + (verdicts.RESERVE_BYTES if measure == "nvidia-smi" else 0)
+    held = gpu_bytes + (verdicts.RESERVE_BYTES if measure == "nvidia-smi" else 0)
     if held <= step:
         return step, how
     return held, (f"the model's load, larger than the step: {load['placement']} holds "
-                  f"{plan['gpu_bytes'] / GIB:.2f} GiB a GPU (details.load_phase)"
+                  f"{gpu_bytes / GIB:.2f} GiB a GPU (details.load_phase)"
                   + (" + CUDA context/BLAS reserve" if measure == "nvidia-smi" else ""))
 
 

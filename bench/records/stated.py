@@ -17,16 +17,15 @@ Nothing here is stored in a record or a search, so it is outside the engine dige
 from __future__ import annotations
 
 from bench.estimate import measures
+from bench.search import shapes
 
 
 def load_need_bytes(rec) -> float:
     """What one GPU holds while a sharded cell's model loads, as its engine places it, plus the verdict's
     reserve (the load verdict's capacity is the card less that reserve); 0 without a load plan."""
     details = measures._details(rec)
-    load = details.get("load_phase")
-    plan = (load.get("placements") or {}).get(load.get("placement")) if isinstance(load, dict) else None
-    held = plan.get("gpu_bytes") if isinstance(plan, dict) else None
-    if not isinstance(held, (int, float)):
+    held = shapes.load_bytes({"details": details})   # the engine's placement, as the fits search judges it
+    if not held:
         return 0.0
     reserve = details.get("verdict_reserve_bytes")
     return float(held) + (float(reserve) if isinstance(reserve, (int, float)) else 0.0)
