@@ -33,6 +33,7 @@ import math
 
 import pandas as pd
 
+from bench.corpus import answer_error
 from bench.estimate import speedcv
 from bench.estimate.measures import comparable_step
 from bench.records.stated import need_bytes
@@ -204,6 +205,7 @@ def lookup_row(c: dict, fits, recommended: bool, rank: int) -> dict:
         tokens += f" (not ranked: {c['unranked']})"
     note = verdict_note(r, c["gpu"])
     n = 1 if missing(r["world_size"]) else int(r["world_size"])
+    band, band_how = need_band(r, need, cap, n)
     if n > 1:  # a multi-GPU cell: memory is one rank's; a measured record's tokens/s is the run's
         # (bench/runner/ranks.py), the speed model's one rank's
         measured = r["mode"] == "cuda" and not missing(r["tokens_per_s"])
@@ -214,11 +216,31 @@ def lookup_row(c: dict, fits, recommended: bool, rank: int) -> dict:
             "verdict_note": note,
             "recommended": recommended, "rank": rank, "dtypes": dtypes_text(r),
             "need": ("≥ " if c["lower"] else "") + fmt_gib(need) + (" per rank" if n > 1 else ""), "share": share,
+            "need_band": band, "need_how": band_how,
             "headroom": fmt_gib(room, signed=True), "headroom_tone": "" if room is None else "worse" if room < 0 else "better",
             "seq": seq, "batch": batch, "batch_seq": "" if missing(r["seq_len"]) else str(int(r["seq_len"])),
             "step": step, "tokens": tokens, "speed_how": how,
             "provenance": provenance(r) + (" · speed modelled" if c["speed"] else ""),
             "models": [r["model"]], "gpus": [c["gpu"]], "modes": [r["mode"]]}
+
+
+def need_band(r, need, cap, n: int) -> tuple[str, str]:
+    """A sim need's out-of-sample error (bench/corpus/answer_error.py): (the few words under the need, the
+    whole sentence for its title); ('', '') for a measured row or one without a need."""
+    if r["mode"] != "sim" or need is None or not cap:
+        return "", ""
+    try:
+        rows = answer_error.reference_rows()
+    except answer_error.BoardError as exc:
+        return "", f"no out-of-sample error: {exc}"
+    b = answer_error.for_need(str(r["technique"]).split("+"), n, int(need), int(cap), rows)
+    if b is None:
+        return "", answer_error.note(None)
+    worst = answer_error.at_worst(b, int(need), int(cap))
+    short = f"held-out: median {b['median_abs']:.1%}, worst {b['worst_under']:+.0%}"
+    if b["fits_at_worst_under"] is False and need <= cap:
+        short += f" · {b.get('need_at_worst_under_bytes') / 2**30:.1f} at worst"
+    return short, f"{answer_error.note(b)}; {worst}"
 
 
 def shape_of(row) -> tuple[int, int]:
@@ -263,4 +285,7 @@ def section(df: pd.DataFrame, fits: pd.DataFrame | None = None):
                     "tokens/s first (speed model, per GPU; a step that trains fewer tokens is not faster); "
                     "FLOPs are never used to rank. Recipes are ranked only against recipes training the same "
                     "batch and length on the same number of GPUs; multi-GPU groups (N x GPU) come after the "
-                    "single-GPU ones, their need one rank's and their tokens/s per rank and for the run."}
+                    "single-GPU ones, their need one rank's and their tokens/s per rank and for the run. Under each "
+                    "simulated need, its out-of-sample error: the median and worst under-estimate of our figure on "
+                    "held-out published runs of its kind (one GPU or FSDP or ZeRO; full, LoRA or QLoRA), and the need "
+                    "at that worst where it would no longer fit (the scoreboard's held-out table; hover for the runs)."}

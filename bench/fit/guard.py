@@ -22,6 +22,7 @@ Torch-free.
 """
 from __future__ import annotations
 
+from bench.corpus import answer_error
 from bench.estimate import hostmem, verdicts
 from bench.estimate.measures import blas_bytes
 from bench.records.stated import need_bytes
@@ -95,7 +96,9 @@ def _num(value):
         return None
 
 
-def recipe_object(line: dict, gpu: str, cap: int, host_bytes: int | None = None) -> dict:
+def recipe_object(line: dict, gpu: str, cap: int, host_bytes: int | None = None, board: list[dict] | None = None,
+                  memory_bytes: int | None = None) -> dict:
+    """``board``: the reference scoreboard's rows (bench/corpus/answer_error.py), for the need's held-out error."""
     rec = line.get("record") or {}
     row = line.get("fit") or {}
     need, _ = need_bytes(rec, gpu) if rec else (None, False)  # as the table and the report: modelled peak + reserve
@@ -127,13 +130,19 @@ def recipe_object(line: dict, gpu: str, cap: int, host_bytes: int | None = None)
         "record_source": line.get("source"), "fits_source": line.get("fits_source"),
         "reason": line.get("reason"),
         "note": ((rec.get("details") or {}).get("verdict_notes") or {}).get(gpu),
+        "need_error": answer_error.for_need(line["technique"].split("+"), world, need, memory_bytes, board)
+        if board is not None and need is not None and memory_bytes else None,
     }
 
 
 def answer_object(q, lines: list[dict], gpu: str, profile: dict, hints: list[dict], code: int,
                   allow_tight: bool, host_bytes: int | None = None) -> dict:
     cap = verdicts.capacity(profile)
-    recipes = [recipe_object(ln, gpu, cap, host_bytes) for ln in lines]
+    try:
+        board, board_said = answer_error.reference_rows(), str(answer_error.BOARD)
+    except answer_error.BoardError as exc:
+        board, board_said = None, f"none: {exc}"
+    recipes = [recipe_object(ln, gpu, cap, host_bytes, board, profile["memory_bytes"]) for ln in lines]
     statuses = [r["verdict"] for r in recipes]
     spec = next((ln["record"] for ln in lines if ln.get("record")), {}) or {}
     return {
@@ -152,6 +161,7 @@ def answer_object(q, lines: list[dict], gpu: str, profile: dict, hints: list[dic
         "config": q.recipe.as_dict() if q.recipe is not None else None,
         "ignored": q.recipe.ignored if q.recipe is not None else [],
         "warnings": warnings(lines, gpu, allow_tight),
+        "need_error_from": board_said,
         "provenance": "sim: simulated step (fake tensors, allocation trace replayed through the caching-allocator "
                       "model; ZeRO and FSDP on several GPUs: one rank's own program); modelled: the speed model, and "
                       "the analytic partitioning where a cell says so. Not measured on a GPU.",

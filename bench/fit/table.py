@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench import cli_format
+from bench.corpus import answer_error
 from bench.estimate import speedcv, verdicts
 from bench.estimate.measures import beside_bytes, nccl_bytes
 from bench.records.stated import need_bytes
@@ -123,6 +124,7 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
                 if (est := (((ln.get("record") or {}).get("details") or {}).get("speed_model") or {}).get(gpu))), None)
     if cal:   # the speed's out-of-sample error (bench/estimate/speedcv.py), not its calibration residuals
         out.append(f"speed: modelled, {cal.split(' (', 1)[0]}; {speedcv.note(cal)}.")
+    out += memory_error_lines(lines, gpu, profile)
     out.append(f"need: the modelled reserved peak of a step (the allocator's steady state) plus the {verdicts.RESERVE_BYTES // verdicts.MiB} MiB "
                "CUDA reserve (context, kernels) and cuBLAS's workspaces on the card, the figure the verdict sets against the card's memory and "
                "the report's need (per rank for ZeRO/FSDP, with NCCL's buffers, whose speed is per rank and for the run; the model's load "
@@ -152,6 +154,43 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
                 room += " (the asked length is its longest: no room for longer samples)"  # the trade, said
             out.append(f"  {ln['technique']}: {reach}{room}; {speed(ln['record'], gpu)}")
     return "\n".join(out)
+
+
+def memory_error_lines(lines: list[dict], gpu: str, profile: dict) -> list[str]:
+    """The need's out-of-sample error (bench/corpus/answer_error.py): one line per kind of recipe (the
+    held-out published runs of that kind, their median and worst errors), then each recipe whose
+    verdict would turn at its kind's worst error; one line why where the reference scoreboard cannot
+    be read."""
+    try:
+        rows = answer_error.reference_rows()
+    except answer_error.BoardError as exc:
+        return [f"memory: no out-of-sample error to show: {exc}"]
+    bands: dict[str, tuple[str, list[str]]] = {}
+    turns, held = [], 0
+    for ln in lines:
+        rec = ln.get("record") or {}
+        if rec.get("status") != "ok" or (rec.get("details") or {}).get("vllm"):
+            continue
+        need, _ = need_bytes(rec, gpu)
+        b = answer_error.for_need(ln["technique"].split("+"), rec.get("world_size"), need, profile["memory_bytes"], rows)
+        bands.setdefault(b["kind"] if b else "-", (answer_error.note(b, named=False), []))[1].append(ln["technique"])
+        if b is None or need is None:
+            continue
+        fits_now = need <= profile["memory_bytes"]
+        if (fits_now and not b["fits_at_worst_under"]) or (not fits_now and b["fits_at_worst_over"]):
+            turns.append(f"  {ln['technique']}: {answer_error.at_worst(b, need, profile['memory_bytes'])}")
+        else:
+            held += 1
+    if not bands:
+        return []
+    out = ["memory: the need's out-of-sample error, ours / published - 1 on published runs never used to build the "
+           f"model ({answer_error.BOARD}):"]
+    out += [f"  {kind} ({', '.join(names)}): {text}" for kind, (text, names) in bands.items()]
+    if turns:
+        out.append("  verdicts that turn at their kind's worst error:")
+        out += ["  " + t for t in turns]
+    out.append(f"  {'the other ' if turns else ''}{held} verdict(s) hold at their kind's worst error")
+    return out
 
 
 def peer_lines(lines: list[dict]) -> list[str]:
