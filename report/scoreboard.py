@@ -12,7 +12,7 @@ import re
 
 import pandas as pd
 
-from bench.corpus import board, coverage, peer_fitcheck, peer_rules, published
+from bench.corpus import board, coverage, peer_fitcheck, peer_llm_analysis, peer_rules, published
 from bench.corpus import scoreboard as sb
 from report.fmt import jcol, missing
 
@@ -148,8 +148,8 @@ def section(df: pd.DataFrame):
         "first_scores": board.first_scores(scored, sb.OURS), "rows": shown, "image": figure(long) if len(long) else None,
         "simulated": sum(1 for s in scored if s["simulated"]), "total": len(scored),
         "coverage": coverage.coverage(rows),
-        "optional": [f"{name}: {why}" for name, why in sb.OPTIONAL_PEERS.items()]
-        + ([f"{peer_fitcheck.NAME}: {peer_fitcheck.unavailable()}"] if peer_fitcheck.unavailable() else []),
+        "optional": [f"{peer.NAME}: {peer.unavailable()}" for peer in (peer_fitcheck, peer_llm_analysis)
+                     if peer.unavailable()],
     }
 
 

@@ -14,9 +14,9 @@ bench/corpus/first_score.py) beside today's.
 The tools: ``ft-membench`` (the sim record of the row's cell, bench/corpus/published_matrix.py) and each
 peer estimator the record carries in ``details.peers`` (DeepSpeed's ZeRO-2 and ZeRO-3 estimators,
 accelerate's estimate-memory rows: model states only, which is what this board shows), and
-fitcheck-llm where it is installed (optional; bench/corpus/peer_fitcheck.py runs it here, on the row's
-settings, through its own API). Peers that cannot run here (``OPTIONAL_PEERS``) are listed, and
-cover no row. The published rules of thumb (bench/corpus/peer_rules.py: LLaMA-Factory's hardware table,
+fitcheck-llm and llm-analysis where they are installed (optional; bench/corpus/peer_fitcheck.py and
+bench/corpus/peer_llm_analysis.py run them here, on the row's settings, through their own APIs); a peer
+that is not installed covers no row and says so on each. The published rules of thumb (bench/corpus/peer_rules.py: LLaMA-Factory's hardware table,
 Unsloth's requirements table) are peers too: looked up as published from the row's model size and
 method, on every single-GPU row with a model config and techniques, record or not.
 
@@ -58,7 +58,7 @@ import re
 import sys
 from pathlib import Path
 
-from bench.corpus import board, coverage, peer_fitcheck, peer_rules, peer_scope, published
+from bench.corpus import board, coverage, peer_fitcheck, peer_llm_analysis, peer_rules, peer_scope, published
 from bench.estimate import verdicts
 from bench.corpus import published_matrix as pm
 from bench.corpus.measure_rule import COMPARED_AS, simulated_figure, step_figure  # noqa: F401  (the board's names)
@@ -71,16 +71,12 @@ PEER_NAMES = {
     "accelerate estimate-memory (float32 row)": "accelerate estimate-memory (fp32)",
     "accelerate estimate-memory (float16 row)": "accelerate estimate-memory (fp16)",
 }
-OPTIONAL_PEERS = {   # peers that cannot run here at all: listed, covering no row
-    "llm-analysis": "not run: its PyPI releases pin huggingface-hub<0.15, which cannot install beside "
-                    "this environment's transformers",
-}
 MEASURES = ("allocated", "active", "reserved", "nvidia-smi", "not-stated")
 GIB = 2**30
 
 
 def tool_names() -> list[str]:
-    return [OURS, *PEER_NAMES.values(), peer_fitcheck.NAME, *peer_rules.TOOLS, *OPTIONAL_PEERS]
+    return [OURS, *PEER_NAMES.values(), peer_fitcheck.NAME, peer_llm_analysis.NAME, *peer_rules.TOOLS]
 
 
 def our_verdict(rec: dict, gpu: str) -> str | None:
@@ -167,9 +163,8 @@ def score(rows: list[dict], records: dict[str, dict], gpus: dict | None = None) 
             missing = f"the cell's record is {rec.get('status')}: {rec.get('reason', '')}"
         else:
             missing = None
-        for name, why in OPTIONAL_PEERS.items():
-            entry["tools"][name] = _not(why)
-        entry["tools"][peer_fitcheck.NAME] = _fitcheck(row, e, gpus)
+        entry["tools"][peer_fitcheck.NAME] = _peer(peer_fitcheck, row, e, gpus)
+        entry["tools"][peer_llm_analysis.NAME] = _peer(peer_llm_analysis, row, e, gpus)
         for name in peer_rules.TOOLS:
             entry["tools"][name] = _rule(name, row, gpus)
         if missing:
@@ -200,20 +195,23 @@ def score(rows: list[dict], records: dict[str, dict], gpus: dict | None = None) 
     return out
 
 
-def _fitcheck(row: dict, e: dict, gpus: dict) -> dict:
-    """fitcheck-llm's answer for the row (it needs no record: it runs here, on the row's settings)."""
-    why = peer_fitcheck.unavailable() or (f"not simulated: {e['reason']}" if e["reason"] else None)
+def _peer(peer, row: dict, e: dict, gpus: dict) -> dict:
+    """An installed peer's answer for the row, run here on the row's settings through its own API (it needs no
+    record): fitcheck-llm (its verdict its own ``fits``, on its usable share of the card) or llm-analysis (its
+    figure against the profile's capacity, as for any peer)."""
+    why = peer.unavailable() or (f"not simulated: {e['reason']}" if e["reason"] else None)
     if why is None and row["gpu_profile"] not in gpus:
         why = f"no GPU profile {row['gpu_profile']}"
     if why:
         return _not(why)
     try:
-        got = peer_fitcheck.estimate(row, e["options"], gpus[row["gpu_profile"]]["memory_bytes"])
-    except peer_fitcheck.Unanswerable as exc:
+        got = peer.estimate(row, e["options"], gpus[row["gpu_profile"]]["memory_bytes"])
+    except peer.Unanswerable as exc:
         return _not(str(exc))
-    how = "fitcheck-llm's total, as it is" + (
+    how = f"{peer.NAME}'s {'total' if peer is peer_fitcheck else 'figure'}, as it is" + (
         f" (it cannot express: {', '.join(got['unexpressed'])})" if got["unexpressed"] else "")
-    return _answer(row, got["bytes"], how, "fits" if got["fits"] else "oom", None)
+    fits = got["fits"] if peer is peer_fitcheck else got["bytes"] <= verdicts.capacity(gpus[row["gpu_profile"]])
+    return _answer(row, got["bytes"], how, "fits" if fits else "oom", None)
 
 
 def _rule(name: str, row: dict, gpus: dict) -> dict:

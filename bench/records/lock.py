@@ -52,6 +52,7 @@ def header(python: str, version: str) -> list[str]:
         f"# The package set behind these results: pip freeze of Python {version} ({platform.machine()}),",
         f"# taken {day} by `python -m bench.records.lock` (regenerate it the same way).",
         '# Install: pip install -e ".[harness,peers]" -c results/reference/constraints.txt',
+        "# then: pip install --no-deps llm-analysis==0.2.2 (the scoreboard's peer; its transformers<5 pin is its Hub lookup's)",
         "# torch carries no local label (+cpu/+cu128): the pin admits the CPU and the CUDA build alike.",
     ]
 
