@@ -103,3 +103,31 @@ def test_which_states_are_paged_is_bitsandbytes_own_decision():
     assert "bnb_pages(" in inspect.getsource(optimizers.paged_state_tensors)
     assert "bnb_pages(" in inspect.getsource(fs.FakeRun._paged_buffer)
     assert not hasattr(optimizers, "BNB_PAGED_MIN_NUMEL")
+
+
+def test_quant_state_is_counted_where_fsdp2_leaves_it_on_the_module():
+    """FSDP2 swaps each weight for a sharded parameter that carries no ``quant_state``; bitsandbytes keeps the
+    state on its Linear4bit module (``module.quant_state``, read back by fix_4bit_weight_quant_state_from_module).
+    dist.quant_state_bytes counts it there, and a state both a weight and its module hold once."""
+    import types
+
+    import torch
+
+    from bench.worker import dist
+
+    class Linear4bit(torch.nn.Module):   # bitsandbytes' class, by name: what dist reads
+        def __init__(self, state, on_weight):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(8))
+            self.quant_state = state
+            if on_weight:
+                self.weight.quant_state = state
+
+    def state(n):
+        nested = types.SimpleNamespace(absmax=torch.zeros(n // 4), code=torch.zeros(256), offset=None, state2=None)
+        return types.SimpleNamespace(absmax=torch.zeros(n, dtype=torch.uint8), code=torch.zeros(16), offset=torch.zeros(()),
+                                     state2=nested)
+    a, b = state(64), state(128)
+    model = torch.nn.Sequential(Linear4bit(a, on_weight=False), Linear4bit(b, on_weight=True))
+    each = lambda s: 4 * 16 + s.absmax.numel() + 4 + 4 * (s.absmax.numel() // 4) + 4 * 256  # noqa: E731
+    assert dist.quant_state_bytes(model) == each(a) + each(b)

@@ -113,6 +113,9 @@ def test_ineligible_cells_run_the_full_step(cells, tmp_path):
     assert layers.eligible(spec, min_layers=5) == ""
     assert "fewer than" in layers.eligible(spec)  # 7 layers: below MIN_LAYERS, three small steps cost more
     assert "zero2" in layers.eligible(dict(spec, knobs=dict(spec["knobs"], dist="zero2")), min_layers=5)
+    for dist in ("zero2", "zero3"):   # a rank's own ZeRO step: its partition's pieces move as layers are added
+        rank = dict(spec, world_size=2, knobs=dict(spec["knobs"], dist=dist))
+        assert "does not repeat layer by layer" in layers.eligible(rank, min_layers=5)
     assert "compile" in layers.eligible(dict(spec, knobs=dict(spec["knobs"], compile=True)), min_layers=5)
     raw = json.loads(open(spec["model_config"]).read())
     odd = tmp_path / "odd.json"

@@ -26,9 +26,10 @@ Not searched, each an ``error`` row with its reason: skipped cells, workloads ot
 training (generation and vLLM have their own planners), padded batches (their widths are
 drawn from a length distribution: no polynomial family).
 
-FSDP2 cells, with or without CPU offload, are simulated as their rank 0 runs them (bench/worker/sim/rankgroup.py) and searched as
-any cell (samples skip the single-process cross-check); the matrix leaves one whose own simulation
-took over ``RANK_SEARCH_S`` to the CLI. ZeRO cells are partitioned by formula from
+Sharded cells on several GPUs (FSDP2 with or without CPU offload, FSDP1, DeepSpeed ZeRO-1/2/3 with or
+without offload) are simulated as their peak rank runs them (bench/worker/sim/rankgroup.py) and searched
+as any cell (samples skip the single-process cross-check); the matrix leaves one whose own simulation
+took over ``RANK_SEARCH_S`` to the CLI. A ZeRO cell on one GPU is partitioned by formula from
 the single-process trace: that trace is interpolated as any cell's, and the record's per-rank rule
 (``details.per_rank_rule``, bench/estimate/partition.py) applied to it gives each shape's per-rank
 peak, the same rule the cell's own record was made with; where interpolation is not exact, each

@@ -277,10 +277,13 @@ def parameter_tensors(model, optimizer=None) -> list:
 
 def quant_state_bytes(model, rounding=lambda n: n) -> int:
     """Bytes of bitsandbytes' quantization state (absmax, nested absmax, code, offset) over the
-    model's weights: plain attributes, not parameters, so neither FSDP nor ZeRO-3 shards them."""
+    model's weights: plain attributes, not parameters, so neither FSDP nor ZeRO-3 shards them. Read
+    from each 4-bit weight and from each Linear4bit module (``module.quant_state``, where bitsandbytes
+    keeps it for FSDP: FSDP2's sharded parameters carry no ``quant_state`` of their own), each storage once."""
     seen, total = set(), 0
-    for p in model.parameters():
-        qs = getattr(p, "quant_state", None)
+    states = [getattr(p, "quant_state", None) for p in model.parameters()]
+    states += [getattr(m, "quant_state", None) for m in model.modules() if type(m).__name__ == "Linear4bit"]
+    for qs in states:
         for t in (_quant_state_tensors(qs) if qs is not None else []):
             key = t.untyped_storage()._cdata
             if key not in seen:
