@@ -132,6 +132,8 @@ def section(df: pd.DataFrame):
                  "bitsandbytes' paged optimizer state (outside torch's allocator); reserved = the modelled "
                  "reserved peak; nvidia-smi = modelled reserved + the CUDA context and BLAS reserve; not stated "
                  "= compared as allocated. DeepSpeed's and accelerate's estimators count model states only; fitcheck-llm runs on the row's settings; "
+                 "llm-analysis too, through its own API (full training only; its model config refuses an FFN width "
+                 "that is not a whole multiple of the hidden size, as Llama 2 and 3.1, Mistral and Qwen2.5 have); "
                  "LLaMA-Factory's hardware table and Unsloth's requirements table are published rules of thumb, looked up "
                  "by the model's size (its config's parameter count) and the method, nothing else. All peers are compared "
                  "as they are. "
