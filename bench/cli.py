@@ -130,6 +130,10 @@ def parser() -> argparse.ArgumentParser:
     meas.add_argument("--ranks", choices=["all", "rank0"], default="all",
                       help="rank0: an FSDP recipe of N GPUs (fsdp+...+wN, fsdp1+...+wN) runs as its rank 0 alone on this GPU over "
                       "torch's fake process group: the rank's memory, without NCCL's buffers or the collectives' time")
+    meas.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                      help="where the runs happen: this machine's GPU (default), or its CPU (the same command and "
+                      "worker end to end on a small model; a CPU run is not the CUDA device the prediction models, "
+                      "and gives no corpus rows)")
     meas.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
     meas.add_argument("--trust-remote-code", action="store_true", help="run a Hub model's own code (auto_map)")
     return ap
@@ -142,11 +146,13 @@ def measure_main(args, techniques, say) -> int:
     q = fitinput.question(args.model, args.config, args.format, techniques, args.seq, args.batch,
                           args.trust_remote_code, args.launch_config, n_gpus)
     chosen = fitcells.canonical_techniques(q.techniques or fitcells.default_techniques())[0]
-    cells = {m: fitcells.specs(q.model, gpu, chosen, q.seq, q.batch, q.options, args.trust_remote_code, mode=m,
+    real = args.device   # the measured cells' mode: cuda, or cpu (the matrix's own cpu cells, its "cpu" profile)
+    cells = {m: fitcells.specs(q.model, gpu if m == "sim" else real if real == "cpu" else gpu, chosen, q.seq, q.batch,
+                               q.options, args.trust_remote_code, mode=m,
                                ranks=args.ranks if m == "cuda" and args.ranks != "all" else None)
-             for m in ("sim", "cuda")}
+             for m in ("sim", real)}
     predicted = answer(cells["sim"], gpu, Path(args.results), search=False, say=say)
-    got = measure.run(cells["cuda"], predicted, gpu, Path(args.results), say=say)
+    got = measure.run(cells[real], predicted, gpu, Path(args.results), say=say)
     code = guard.OK if all(c["measured"]["status"] in ("ok", "oom") for c in got) else guard.NO_FIT
     if args.json:
         print(json.dumps({"exit_code": code, "gpu": gpu, "recipes": [{k: v for k, v in c.items() if k != "record"}

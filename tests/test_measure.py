@@ -69,6 +69,26 @@ def test_without_a_gpu_the_command_says_so_and_exits_1(tmp_path, capsys):
     assert (tmp_path / "measured" / "cells" / "tiny-llama__h200__lora.json").is_file()
 
 
+@pytest.mark.slow
+def test_on_the_cpu_the_same_command_measures_beside_the_prediction(tmp_path, capsys):
+    """``--device cpu``: the same command, cells and worker, run for real on this CPU (the matrix's cpu cell of
+    the recipe): its measurement beside sim's prediction, exit 0, and no corpus row (no GPU measurement)."""
+    from bench.cli import main
+    code = main(["measure", "tiny-llama", "--gpu", "rtx-4090", "--device", "cpu", "--techniques", "lora+gc",
+                 "--seq", "64", "--results", str(tmp_path), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    got = out["recipes"][0]
+    assert code == 0 and got["measured"]["status"] == "ok" and got["measured"]["provenance"] == "cpu-measured"
+    assert got["cell"] == "tiny-llama__cpu__lora+gc" and got["measured"]["allocated_peak_bytes"] > 0
+    assert got["predicted"]["provenance"] == "simulated" and got["predicted"]["allocated_peak_bytes"] > 0
+    assert abs(got["errors"]["allocated_peak_bytes"]) < 0.05   # a tiny model: CUDA's rounding moves little
+    assert got["measured"]["reserved_peak_bytes"] is None and got["errors"]["reserved_peak_bytes"] is None
+    assert (tmp_path / "measured" / "cells" / "tiny-llama__cpu__lora+gc.json").is_file()
+    assert not (tmp_path / "measured" / "corpus-rows.yaml").exists()
+    text = measure.render([dict(got, record={"mode": "cpu"})], tmp_path)
+    assert "no GPU measurement" in text and "no corpus rows from a CPU run" in text
+
+
 def test_a_bad_question_is_refused_with_a_json_error(capsys):
     from bench.cli import main
     assert main(["measure", "no-such-model", "--gpu", "h200", "--json"]) == 2

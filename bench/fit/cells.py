@@ -69,12 +69,14 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
     spelling (``canonical_techniques``). ``mode="cuda"``: the same question as real runs on this
     machine's GPU, capped to ``gpu``'s memory (``ft-membench measure``): one warm-up, three steps;
     ``ranks="rank0"``: an FSDP recipe (FSDP2 or FSDP1) of several GPUs runs as its rank 0 alone on this one
-    (bench/worker/onerank.py)."""
+    (bench/worker/onerank.py). ``mode="cpu"`` with ``gpu="cpu"``: the same question as real runs on this machine's
+    CPU, the matrix's cpu cells (``ft-membench measure --device cpu``)."""
     techniques = canonical_techniques(techniques)[0]
     base = matrix.DEFAULT_MATRIX.parent
     gpus = yaml.load((base / "gpus.yaml").read_text(), Loader=matrixfile.SAFE_LOADER)
-    if gpu not in gpus or gpus[gpu].get("kind") != "cuda":
-        known = ", ".join(g for g, p in gpus.items() if p.get("kind") == "cuda")
+    kind = "cpu" if mode == "cpu" else "cuda"   # a cpu cell runs on the matrix's "cpu" profile (measure --device cpu)
+    if gpu not in gpus or gpus[gpu].get("kind") != kind:
+        known = ", ".join(g for g, p in gpus.items() if p.get("kind") == kind)
         raise Usage(f"unknown gpu {gpu!r} (known: {known})")
     for name, key, value in (("--seq", "seq_len", seq), ("--batch", "batch_size", batch)):
         low, top = MINIMUMS[key], MAXIMUMS[key]  # the matrix's own bounds

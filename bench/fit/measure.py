@@ -18,6 +18,10 @@ used memory. What comes out, per recipe:
   (source_kind own-run, role held-out, the prediction as its first score): give it back by adding
   them to the corpus.
 
+``--device cpu``: the same command, cells and worker on this machine's CPU (the matrix's cpu cells, real
+tensors on small models): what runs in CI without a GPU. Its figures are printed beside the prediction but
+are no GPU measurement (sim models a CUDA device), and give no corpus rows.
+
 ``--ranks rank0``: a recipe of several GPUs (FSDP2 or FSDP1) runs as its rank 0 alone on this one GPU over
 torch's fake process group (bench/worker/onerank.py): the rank's own memory on a real allocator,
 without NCCL's buffers (sim's need adds them) or the collectives; the record and the corpus rows say so.
@@ -46,7 +50,7 @@ def run(cuda_cells: dict, predicted: list[dict], gpu: str, results: Path, say=pr
     out = []
     for line in predicted:
         spec = by_recipe[line["technique"]]
-        say(f"  measuring {spec['cell']} on this machine's GPU ...")
+        say(f"  measuring {spec['cell']} on this machine's {'CPU' if spec['mode'] == 'cpu' else 'GPU'} ...")
         rec = launch.run_cell(spec, folder / "logs" / f"{spec['cell']}.worker.log")
         atomic.write_json(folder / "cells" / f"{spec['cell']}.json",
                           {"benchmarks": [{"name": f"measure[{spec['cell']}]", "extra_info": rec,
@@ -88,7 +92,7 @@ def compare(line: dict, rec: dict, gpu: str) -> dict:
 def corpus_rows(c: dict) -> list[dict]:
     """The measurement as corpus rows (matrix/published/corpus.schema.json), allocated and reserved."""
     rec, m, p = c["record"], c["measured"], c["predicted"]
-    if m["status"] != "ok":
+    if m["status"] != "ok" or rec.get("provenance") != "cuda-measured":   # a CPU run is no GPU measurement: no corpus row
         return []
     rows = []
     program = (rec.get("details") or {}).get("rank_program")
@@ -127,8 +131,12 @@ def _pct(e) -> str:
 def render(comparisons: list[dict], results: Path) -> str:
     head = (f"{'technique':28s} {'predicted':>9s} {'measured':>9s}  "
             f"{'alloc GiB pred':>14s} {'meas':>8s} {'err':>7s}  {'reserved pred':>13s} {'meas':>8s} {'err':>7s}")
-    out = ["predicted: sim (stored or simulated now; reserved modelled); measured: this machine's GPU (cuda-measured)",
-           "", head, "-" * len(head)]
+    on_cpu = any((c["record"] or {}).get("mode") == "cpu" for c in comparisons)
+    out = ["predicted: sim (stored or simulated now; reserved modelled); measured: " + (
+        "this machine's CPU (cpu-measured: real tensors in host memory; sim models a CUDA device's allocations, "
+        "kernels and caching allocator, so the two differ by the device as well as by sim's error, and the CPU "
+        "has no reserved peak: the run checks the command end to end, it is no GPU measurement)" if on_cpu
+        else "this machine's GPU (cuda-measured)"), "", head, "-" * len(head)]
     for c in comparisons:
         p, m, e = c["predicted"], c["measured"], c["errors"]
         out.append(f"{c['technique']:28s} {p['verdict'] or '-':>9s} {m['status'] or '-':>9s}  "
@@ -139,6 +147,8 @@ def render(comparisons: list[dict], results: Path) -> str:
             out.append(f"    not measured: {m['reason']}")
         elif c["verdict_agrees"] is False:
             out.append(f"    the verdicts disagree: sim said {p['verdict']}, the run ended {m['status']}")
-    out += ["", f"records: {Path(results) / 'measured' / 'cells'}; corpus rows to give back: "
-                f"{Path(results) / 'measured' / 'corpus-rows.yaml'} (add them to matrix/published/corpus.yaml)"]
+    out += ["", f"records: {Path(results) / 'measured' / 'cells'}; " + (
+        "no corpus rows from a CPU run" if on_cpu else
+        f"corpus rows to give back: {Path(results) / 'measured' / 'corpus-rows.yaml'} (add them to "
+        "matrix/published/corpus.yaml)")]
     return "\n".join(out)
