@@ -12,7 +12,7 @@ import re
 
 import pandas as pd
 
-from bench.corpus import board, coverage, peer_fitcheck, peer_llm_analysis, peer_rules, published
+from bench.corpus import answer_error, board, coverage, peer_fitcheck, peer_llm_analysis, peer_rules, published
 from bench.corpus import scoreboard as sb
 from report.fmt import jcol, missing
 
@@ -124,6 +124,8 @@ def section(df: pd.DataFrame):
              if t["covered"] or t["fits_answered"] or t["oom_answered"]]
     own = [dict(line(t), role=t["role"], benchmark=t["benchmark"], benchmark_rows=t["benchmark_rows"])
            for t in sb.own_benchmarks(scored)]
+    kinds = [dict(k, median=f"{k['median_abs']:.1%}", under=_pct(k["worst_under"]) if k["worst_under_row"] else "none",
+                  over=_pct(k["worst_over"]) if k["worst_over_row"] else "none") for k in answer_error.by_kind(scored)]
     return {
         "kind": "scoreboard", "title": "How close is each tool to published GPU measurements",
         "note": ("Every row of the published corpus (matrix/published/corpus.yaml), against ft-membench's "
@@ -146,7 +148,7 @@ def section(df: pd.DataFrame):
                  "A row a tool cannot answer is not covered (—), never a zero. A disagreeing row stays as "
                  "published; the sim is never tuned to a row."),
         "summary": summary, "roles": {r: sum(1 for s in scored if s["role"] == r) for r in board.ROLES},
-        "several_gpus": multi, "own_benchmarks": own,
+        "several_gpus": multi, "own_benchmarks": own, "kinds": kinds, "kinds_min": answer_error.MIN_ROWS,
         "first_scores": board.first_scores(scored, sb.OURS), "rows": shown, "image": figure(long) if len(long) else None,
         "simulated": sum(1 for s in scored if s["simulated"]), "total": len(scored),
         "coverage": coverage.coverage(rows),

@@ -124,3 +124,17 @@ def test_a_verdict_that_turns_at_the_worst_error_is_named():
     assert out[2] == "  verdicts that turn at their kind's worst error:"
     assert out[3].startswith("    qlora: under as the worst, ") and "(the verdict rests on the estimate)" in out[3]
     assert out[4] == "  the other 1 verdict(s) hold at their kind's worst error"
+
+
+def test_by_kind_is_each_kinds_own_band():
+    rows = [row(f"q{i}", -0.1 * i) for i in range(5)] + [row("f", 0.3, cell="m__sim__lora+fsdp+w2", n_gpus=2)]
+    kinds = {k["kind"]: k for k in ae.by_kind(rows)}
+    assert set(kinds) == {"one GPU, QLoRA", "FSDP, LoRA"}
+    q = kinds["one GPU, QLoRA"]
+    assert (q["rows"], q["widens"], q["worst_under_row"], q["worst_over_row"]) == (5, False, "q4", None)
+    assert q["worst_under"] == pytest.approx(-0.4) and q["median_abs"] == pytest.approx(0.2)
+    f = kinds["FSDP, LoRA"]
+    assert (f["rows"], f["widens"], f["worst_under_row"], f["worst_over"]) == (1, True, None, 0.3)
+    reference = {k["kind"]: k for k in ae.by_kind(ae.load())}   # the CLI's band of a kind with enough rows is this
+    b = ae.band(["qlora", "gc"], 1, ae.load())
+    assert reference["one GPU, QLoRA"]["worst_under"] == b["worst_under"] and reference["one GPU, QLoRA"]["rows"] == b["rows"]

@@ -175,3 +175,19 @@ def note(b: dict | None, named: bool = True) -> str:
     over = f", worst {b['worst_over']:.1%} over ({b['worst_over_row']})" if b["worst_over_row"] else ""
     said = f" ({b['scope']})" if named or b["scope"] != b["kind"] else ""
     return f"{b['rows']} held-out published runs{said}: median error {b['median_abs']:.1%}, {under}{over}{scope}"
+
+
+def by_kind(rows: list[dict]) -> list[dict]:
+    """The held-out error of each kind with rows, as ``band`` gives it for that kind's own rows: the table the
+    report shows beside the scoreboard (the bands the CLI prints, before any widening)."""
+    groups: dict[tuple, list[dict]] = {}
+    for k, row in scored(rows):
+        groups.setdefault(k, []).append(row)
+    out = []
+    for (sharding, adapter), chosen in sorted(groups.items()):
+        errors = sorted((r["tools"][OURS]["signed_error"], r["row"]) for r in chosen)
+        out.append({"kind": f"{sharding}, {adapter}", "rows": len(chosen), "widens": len(chosen) < MIN_ROWS,
+                    "median_abs": statistics.median(abs(e) for e, _ in errors),
+                    "worst_under": min(errors[0][0], 0.0), "worst_under_row": errors[0][1] if errors[0][0] < 0 else None,
+                    "worst_over": max(errors[-1][0], 0.0), "worst_over_row": errors[-1][1] if errors[-1][0] > 0 else None})
+    return out
