@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.records import atomic, record
+from bench.records import atomic, record, seal
 from bench.runner import launch, lifeline, simengine
 from bench.cells import matrix
 
@@ -200,14 +200,14 @@ def write_record(config, cell: str, out, doc: dict) -> bool:
     """Write ``doc`` to ``out``; on a full disk a small failure record in its place; False (and one
     line on stderr) when neither could be written. Never a traceback, never a partial file."""
     try:
-        atomic.write_json(out, doc)
+        atomic.write_json(out, seal.sealed(doc))   # what is read back is what was written (bench/records/seal.py)
         return True
     except OSError as exc:   # atomic's WriteError: one line naming the path, no temp file left
         first = exc
     status = doc["benchmarks"][0]["extra_info"].get("status")
     reason = f"the cell's {status} record could not be written: {first}"
     try:
-        atomic.write_json(out, failure_doc(config, cell, reason))
+        atomic.write_json(out, seal.sealed(failure_doc(config, cell, reason)))
         say(f"bench: {first}; a failure record saying so was written instead")
         return True
     except OSError as exc:

@@ -37,7 +37,7 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from bench.records import atomic, record
+from bench.records import atomic, record, seal
 from report import GIB, claims, consistency, effects, lookup, recommend, scope, scoreboard, sections, stages
 from report import dataset_epoch as dataset_epoch_section
 from report.fits_table import FitsError, read_fits
@@ -155,6 +155,10 @@ def main(argv=None) -> int:
     ap.add_argument("--published", help="the published corpus's cell table (results/published/table.csv, "
                                         "snakemake published): read by the scoreboard section only")
     args = ap.parse_args(argv)
+    for path in filter(None, (args.table, args.fits, args.published, args.dataset_epoch, args.dataset_hostload)):
+        if why := seal.problem(path):   # a published input edited after it was sealed (bench/records/seal.py)
+            print(f"report.build: error: {why}", file=sys.stderr)
+            return 2
     try:
         df = read_table(args.table)
         fits = read_fits(args.fits) if args.fits else None

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from bench.fit.stored import ROOT, judged_on, own_fits_path, record_paths, stored_fits, stored_record
-from bench.records import atomic, reuse
+from bench.records import atomic, reuse, seal
 from bench.search import fits, progress
 
 
@@ -91,7 +91,7 @@ def keep_file(path: Path, doc: dict, say) -> bool:
     """Keep an answer for reuse; a failed write (unwritable folder, full disk) is a one-line
     warning, and the answer is still given."""
     try:
-        atomic.write_json(path, doc)
+        atomic.write_json(path, seal.sealed(doc))   # read back only as written (bench/records/seal.py)
         return True
     except OSError as exc:
         say(f"ft-membench: warning: {exc}; the answer is given but not kept")

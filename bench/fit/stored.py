@@ -4,6 +4,7 @@ that passes the record gate (bench/records/checks.gate: the contract, and the sa
 knobs and shape; a study's record for a GPU that study judged: ``judged_on``), and a search
 (``results/fits/``, ``results/fits-cli/``, a ``fits.csv``) for the same inputs, each by
 bench/records/reuse.py's one rule: made by the same engine code (``versions.ft_membench_engine``);
+as sealed (bench/records/seal.py: an edited record is an error answer, an edited search is searched again);
 made with other library versions, it is reused and says which, or with ``resimulate`` passed
 over. Each lookup returns the answer and where it came from. Torch-free.
 """
@@ -15,11 +16,12 @@ from pathlib import Path
 
 from bench import home
 from bench.estimate import nccl, verdicts
-from bench.records import agreement, checks, record, reuse
+from bench.records import agreement, checks, record, reuse, seal
 from bench.search import fits_csv
 from bench.cells import inputs
 
 ROOT = home.root()  # the checkout, or $FT_MEMBENCH_HOME for an installed wheel
+REFERENCE = ROOT / "results" / "reference"   # published, sealed whole (bench/records/seal.py)
 
 
 def record_paths(spec: dict, results: Path) -> list[Path]:
@@ -57,6 +59,8 @@ def stored_record(spec: dict, paths: list[Path], here: dict, gpu: str | None = N
             continue
         if not isinstance(rec, dict) or rec.get("status") != "ok":
             continue
+        if why := seal.problem(path, doc, REFERENCE):   # edited after it was written or published: an error
+            return record.failure(spec, "error", f"the stored record {why}; remove it or rerun the cell"), str(path)
         judged = judged_on(spec, rec, gpu)
         if checks.gate(rec, judged):
             said = contradicted(rec, judged, here, resimulate)
@@ -67,7 +71,8 @@ def stored_record(spec: dict, paths: list[Path], here: dict, gpu: str | None = N
         ok, note = reuse.accepts(rec.get("versions"), here, resimulate)
         if not ok:
             continue
-        return rec, f"{path} ({note})" if note else str(path)
+        where = f"{path}{seal.label(path, doc)}"
+        return rec, f"{where} ({note})" if note else where
     return None, None
 
 
@@ -115,6 +120,8 @@ def stored_fits(spec: dict, results: Path, gpu: str, here: dict | None = None,
     shape = (str(spec["seq_len"]), str(spec["batch_size"]))
     for path in fits_paths(spec, results, gpu):
         if path.suffix == ".csv":
+            if seal.problem(path, published=REFERENCE):   # a published table edited after it was sealed: searched again
+                continue
             try:
                 with open(path, newline="") as fh:
                     for row in csv.DictReader(fh):
@@ -128,7 +135,7 @@ def stored_fits(spec: dict, results: Path, gpu: str, here: dict | None = None,
                 pass
             continue
         doc, _why = fits_csv.read_doc(path)
-        if doc is None:
+        if doc is None or seal.problem(path, doc, REFERENCE):
             continue
         rows = doc["rows"] or [{}]
         if doc.get("inputs_sha256") == spec["inputs_sha256"] and any(r.get("gpu") == gpu for r in rows) and \

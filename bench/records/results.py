@@ -5,7 +5,7 @@ bad content: every file that cannot be used becomes a ``Problem`` naming the fil
 wrong with it (missing folder, no cells, truncated or corrupt JSON, no benchmark or no record
 inside, a record that breaks the contract of bench/records/record.py, a record filed under another
 cell's name, a record that fails the record gate, bench/records/checks.gate: its contract, and its inputs
-against the cell spec stored beside it). A caller that finds problems must say its result is
+against the cell spec stored beside it; a file not as sealed, bench/records/seal.py). A caller that finds problems must say its result is
 incomplete.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.records import checks
+from bench.records import checks, seal
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,9 @@ def read_one(rs: ResultSet, path: Path) -> None:
     bench = doc.get("benchmarks") if isinstance(doc, dict) else None
     if not isinstance(bench, list) or not bench or not isinstance(bench[0], dict):
         rs.problems.append(Problem(name, "holds no pytest-benchmark benchmark (benchmarks[0])"))
+        return
+    if why := seal.problem(path, doc):   # edited after it was written, or after its folder was published
+        rs.problems.append(Problem(name, why.removeprefix(f"{path}: ")))
         return
     rec = bench[0].get("extra_info")
     if not isinstance(rec, dict) or "cell" not in rec:
