@@ -8,7 +8,7 @@ import shutil
 from bench.fit import answer as fitanswer
 from bench.fit import cells as fitcells
 from bench.fit import stored as fitstored
-from bench.records import reuse
+from bench.records import reuse, seal
 from tests.helpers import REPO
 
 CELL = "qwen2.5-7b__sim__lora+gc+bf16"
@@ -21,7 +21,7 @@ def stored(tmp_path, versions: dict):
     src = json.loads((REPO / "results" / "reference" / "cells" / f"{CELL}.json").read_text())
     src["benchmarks"][0]["extra_info"]["versions"] = versions
     (tmp_path / "cells").mkdir()
-    (tmp_path / "cells" / f"{CELL}.json").write_text(json.dumps(src))
+    (tmp_path / "cells" / f"{CELL}.json").write_text(json.dumps(seal.sealed(src)))   # as the harness writes it
     shutil.copy(REPO / "results" / "reference" / "fits.csv", tmp_path / "fits.csv")
     return fitcells.specs("qwen2.5-7b", GPU, ["lora+gc+bf16"], None, None)
 

@@ -455,8 +455,10 @@ def test_the_reports_several_gpu_table_shows_oom_rows_no_figure_covers():
     table = pd.read_csv(REPO / "results" / "reference" / "published" / "table.csv")
     section = rsb.section(table)
     capacity = [t for t in section["several_gpus"] if t["role"] == "held-out" and t["measure"] == "not-stated"]
-    assert len(capacity) == 1 and capacity[0]["covered"].startswith("0/")
     board = json.loads((REPO / "results" / "reference" / "published" / "scoreboard.json").read_text())
+    rows = [r for r in board["rows"] if (r["n_gpus"] or 1) > 1 and r["measure"] == "not-stated" and r["role"] == "held-out"]
+    covered = sum(r["tools"][sb.OURS]["covered"] for r in rows)   # ms-swift's two ZeRO-3 peaks, compared as allocated
+    assert len(capacity) == 1 and capacity[0]["covered"] == f"{covered}/{len(rows)}"
     every = [r for r in board["rows"] if (r["n_gpus"] or 1) > 1 and r["outcome"] == "oom" and r["role"] == "held-out"]
     oom = [r for r in every if r["tools"][sb.OURS]["verdict"] is not None]
     agree = sum(r["tools"][sb.OURS]["agrees"] for r in oom)

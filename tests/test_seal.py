@@ -114,3 +114,22 @@ def test_a_published_folder_without_its_manifest_is_refused(tmp_path):
     (path.parents[1] / seal.MANIFEST).unlink()   # an edit that removes the manifest passes nothing
     assert "has no SEALS.sha256" in seal.problem(path, None, path.parents[1])
     assert seal.problem(tmp_path / "elsewhere.json", None, path.parents[1]) is None
+
+
+def test_a_reference_search_edited_after_it_was_sealed_is_searched_again(tmp_path, monkeypatch):
+    from bench.fit import stored
+    from bench.fit.cells import specs
+    ref = tmp_path / "results" / "reference"
+    ref.mkdir(parents=True)
+    shutil.copy(REF / "fits.csv", ref)
+    (ref / "cells").mkdir()   # the versions a table's search was made with are its cell record's
+    shutil.copy(REF / "cells" / f"{CELL}.json", ref / "cells")
+    seal.write_manifest(ref)
+    monkeypatch.setattr(stored, "ROOT", tmp_path)
+    monkeypatch.setattr(stored, "REFERENCE", ref)
+    spec = specs("qwen2.5-7b", "rtx-4090", ["qlora+gc"], None, None)["qwen2.5-7b__sim__qlora+gc"]
+    doc, where = stored.stored_fits(spec, tmp_path / "none", "rtx-4090")
+    assert doc is not None and where.startswith(str(ref / "fits.csv"))   # sealed as published: it answers
+    with open(ref / "fits.csv", "a") as fh:
+        fh.write("\n")                                 # one more line: no longer the file that was sealed
+    assert stored.stored_fits(spec, tmp_path / "none", "rtx-4090") == (None, None)
