@@ -109,13 +109,17 @@ def band(names: list[str], world_size: int | None, rows: list[dict]) -> dict | N
     for label, keep in scopes:
         chosen = [r for k, r in pool if keep(k)]
         if len(chosen) >= MIN_ROWS or (label == "every held-out row" and chosen):
-            errors = [(r["tools"][OURS]["signed_error"], r["row"]) for r in chosen]
-            under, over = min(errors), max(errors)
-            return {"scope": label, "kind": f"{sharding}, {adapter}", "rows": len(chosen),
-                    "median_abs": statistics.median(abs(e) for e, _ in errors),
-                    "worst_under": min(under[0], 0.0), "worst_under_row": under[1] if under[0] < 0 else None,
-                    "worst_over": max(over[0], 0.0), "worst_over_row": over[1] if over[0] > 0 else None}
+            return {"scope": label, "kind": f"{sharding}, {adapter}", **_figures(chosen)}
     return None
+
+
+def _figures(chosen: list[dict]) -> dict:
+    """rows, median |error|, worst under- and over-estimate (0 and no row where there is none) of scored rows."""
+    errors = sorted((r["tools"][OURS]["signed_error"], r["row"]) for r in chosen)
+    (low, low_row), (high, high_row) = errors[0], errors[-1]
+    return {"rows": len(chosen), "median_abs": statistics.median(abs(e) for e, _ in errors),
+            "worst_under": min(low, 0.0), "worst_under_row": low_row if low < 0 else None,
+            "worst_over": max(high, 0.0), "worst_over_row": high_row if high > 0 else None}
 
 
 def reference_rows() -> list[dict]:
@@ -184,10 +188,5 @@ def by_kind(rows: list[dict]) -> list[dict]:
     for k, row in scored(rows):
         groups.setdefault(k, []).append(row)
     out = []
-    for (sharding, adapter), chosen in sorted(groups.items()):
-        errors = sorted((r["tools"][OURS]["signed_error"], r["row"]) for r in chosen)
-        out.append({"kind": f"{sharding}, {adapter}", "rows": len(chosen), "widens": len(chosen) < MIN_ROWS,
-                    "median_abs": statistics.median(abs(e) for e, _ in errors),
-                    "worst_under": min(errors[0][0], 0.0), "worst_under_row": errors[0][1] if errors[0][0] < 0 else None,
-                    "worst_over": max(errors[-1][0], 0.0), "worst_over_row": errors[-1][1] if errors[-1][0] > 0 else None})
-    return out
+    return [{"kind": f"{sharding}, {adapter}", "widens": len(chosen) < MIN_ROWS, **_figures(chosen)}
+            for (sharding, adapter), chosen in sorted(groups.items())]
