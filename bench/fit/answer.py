@@ -63,7 +63,7 @@ def answer(cells: dict, gpu: str, results: Path, search: bool = True, say=print,
                 say(f"  searching {cid} on {gpu} ...")
                 hits = samples.hits   # the sample shapes are the GPU's own only in their verdict: reused
                 doc = fits.search(dict(spec, verdict_gpus={gpu: spec["verdict_gpus"][gpu]}), samples.run_cell,
-                                  simulate_many=samples.run_many, say=say, per_rank=True)
+                                  simulate_many=samples.run_many, say=say)
                 doc.update(cell=cid, inputs_sha256=spec["inputs_sha256"], versions=here)
                 path = own_fits_path(spec, results, gpu)
                 kept = f"kept in {path}" if keep_file(path, doc, say) else "not kept"

@@ -28,8 +28,8 @@ drawn from a length distribution: no polynomial family).
 
 Sharded cells on several GPUs (FSDP2 with or without CPU offload, FSDP1, DeepSpeed ZeRO-1/2/3 with or
 without offload) are simulated as their peak rank runs them (bench/worker/sim/rankgroup.py) and searched
-as any cell (samples skip the single-process cross-check); the matrix leaves one whose own simulation
-took over ``RANK_SEARCH_S`` to the CLI. A ZeRO cell on one GPU is partitioned by formula from
+as any cell (samples skip the single-process cross-check), in the matrix as in the CLI: what is searched
+depends on the cell, never on how long the machine took. A ZeRO cell on one GPU is partitioned by formula from
 the single-process trace: that trace is interpolated as any cell's, and the record's per-rank rule
 (``details.per_rank_rule``, bench/estimate/partition.py) applied to it gives each shape's per-rank
 peak, the same rule the cell's own record was made with; where interpolation is not exact, each
@@ -47,17 +47,14 @@ from bench.estimate import nccl, replay, verdicts
 from bench.records import atomic, checks
 from bench.search.fits_csv import BATCH_LIMIT, RESOLUTION_TOKENS, collect, row, seq_limit
 from bench.search.shapes import SearchError, Shapes, by_formula, judged_bytes
-from bench.cells import techniques
 
 EXACT_BUDGET = 6  # full simulations per axis where interpolation is not exact
 DIST_BUDGET = 12  # full simulations per axis for a ZeRO/FSDP cell (bisection over a 512-point grid: 11)
-RANK_SEARCH_S = 90  # a per-rank cell's own simulation, past which the matrix leaves its search (about 6 of them) to the CLI
 
 
-def not_searched(spec: dict, per_rank: bool = False, own_s: float | None = None) -> str | None:
-    """Why this cell gets no search (an ``error`` row), or None. ``per_rank``: search a per-rank traced
-    cell however long its own simulation took (the CLI asks for it; the matrix leaves one over
-    ``RANK_SEARCH_S``: module docstring)."""
+def not_searched(spec: dict) -> str | None:
+    """Why this cell gets no search (an ``error`` row), or None: from the cell alone, so the matrix and the
+    CLI search the same cells on any machine under any load."""
     if spec["mode"] != "sim":
         return f"a {spec['mode']} cell: searches run over the simulation only"
     if spec["skip_reason"]:
@@ -68,9 +65,6 @@ def not_searched(spec: dict, per_rank: bool = False, own_s: float | None = None)
         return (f"{spec['knobs']['batching']} batches: each step's width is drawn from a length distribution "
                 "that changes with the sequence length, so the step's sizes are not one polynomial family and an "
                 "exact search would simulate every shape it judges; not searched")
-    if techniques.traced_per_rank(spec) and not per_rank and (own_s or 0) > RANK_SEARCH_S:
-        return (f"{spec['knobs']['dist']} at world size {spec['world_size']}, one rank's step: its own simulation took "
-                f"{own_s:.0f} s and a search is about 6 of them, so the matrix leaves it to `ft-membench fit`")
     return None
 
 
@@ -131,7 +125,7 @@ def seq_points(study_seq: int, limit: int) -> list[int]:
 
 
 def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = None, simulate_many=None,
-           say=None, per_rank: bool = False, own_s: float | None = None) -> dict:
+           say=None) -> dict:
     """Rows of results/fits.csv for ``spec`` (one per GPU it is judged against) and the
     evidence behind them. ``simulate(spec, log_path) -> record`` (with ``_trace``) runs one
     shape; ``simulate_many([(spec, log_path), ...]) -> records`` runs several at once (the
@@ -139,7 +133,7 @@ def search(spec: dict, simulate, log_dir=None, reuse: tuple[dict, int] | None = 
     shape, already simulated; ``say``: a line per simulation with the time left (bench/search/progress.py)."""
     t0 = time.monotonic()
     gpus = spec["verdict_gpus"] or {}
-    why = not_searched(spec, per_rank, own_s)
+    why = not_searched(spec)
     if why:
         return {"rows": [row(spec, g, {}, reason=why) for g in gpus], "simulated": [], "s": 0.0}
     accum = spec["knobs"]["accum"]
@@ -290,7 +284,7 @@ def _reuse(spec: dict, results: Path):
         rec = doc.get("benchmarks", [{}])[0].get("extra_info", doc) if "benchmarks" in doc else doc
         if not isinstance(rec, dict) or rec.get("status") != "ok" or checks.gate(rec, spec):
             return None
-        return replay.load(trace), judged_bytes(rec), rec.get("wall_s")
+        return replay.load(trace), judged_bytes(rec)
     except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None
 
@@ -305,10 +299,10 @@ def run_cell(spec: dict, out: Path, results: Path = Path("results"), jobs: int =
     from bench.runner.simengine import ENV, EnginePool
     from bench.search.simpool import SimPool
     with EnginePool(os.environ.get(ENV), jobs, lambda: SimPool(jobs)) as pool:
-        trace, judged, own_s = _reuse(spec, results) or (None, None, None)
+        trace, judged = _reuse(spec, results) or (None, None)
         doc = search(spec, pool.run_cell, log_dir=results / "logs" / "fits" / spec["cell"],
                      reuse=(trace, judged) if trace is not None else None, simulate_many=pool.run_many,
-                     say=lambda m: print(m, file=sys.stderr, flush=True), own_s=own_s)
+                     say=lambda m: print(m, file=sys.stderr, flush=True))
     from bench.records import reuse
     doc.update(cell=spec["cell"], inputs_sha256=spec["inputs_sha256"], versions=reuse.versions())
     atomic.write_json(out, doc)
