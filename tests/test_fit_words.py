@@ -74,3 +74,17 @@ def test_the_default_answer_says_its_shape_groups_multi_gpu_rows_and_says_a_repe
     rows = [ln.split()[0] for ln in text.splitlines() if ln.split() and ln.split()[0] in ("zero3+w8", "baseline", "lora")]
     assert rows == ["baseline", "lora", "zero3+w8"] and "on several GPUs (need, speed and verdict per rank):" in text
     assert "qlora: largest sequence at batch 1: 2048 tokens; headroom" in text and "no room for longer samples" in text
+
+
+def test_a_row_whose_notes_were_all_said_under_one_earlier_row_points_to_it_once():
+    """Llama-3.1-8B on a T4: gc's reason and its verdict note were both printed under baseline; gc's row says
+    "(as for baseline)" once, not once a note."""
+    reason, note = "oom while loading: the weights alone exceed the card", "no bf16 in this recipe: add +bf16"
+    lines = []
+    for tech in ("baseline", "gc"):
+        row = _row(tech, "oom", reason=reason)
+        row["record"]["details"]["verdict_notes"] = {"h100-80gb": note}
+        lines.append(row)
+    text = table.render(lines, "h100-80gb", H100, "llama-3.1-8b", best=False)
+    assert text.count(reason) == 1 and text.count(note) == 1
+    assert text.count("(as for baseline)") == 1

@@ -101,8 +101,16 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         out.append(f"{ln['technique']:<{tw}} {ln['verdict'] or '?':<8} {need_s} {profile['memory_bytes'] / GiB:>8.2f}  "
                    f"{fitted(seq, 47)} "
                    f"{fitted(bat, 40)} {speed(rec, gpu)}")
+        pointed: set[str] = set()   # one "(as for X)" a row, where several of its notes were said under X
+
+        def note_line(text: str) -> None:
+            said = once(text, ln["technique"], noted)
+            if said not in pointed:
+                out.append(f"    {said}")
+            if said.startswith("(as for "):
+                pointed.add(said)
         if ln.get("reason"):
-            out.append(f"    {once(ln['reason'], ln['technique'], noted)}")
+            note_line(ln["reason"])
         for what, text, width in (("largest sequence", seq, 47), ("largest batch", bat, 40)):
             if len(text) > width and not (what == "largest batch" and text == seq):  # whole, never cut mid-word
                 out.append(f"    {what}: {text}")
@@ -115,10 +123,10 @@ def render(lines: list[dict], gpu: str, profile: dict, model: str, best: bool) -
         if note and ln.get("verdict") != "fits" and note.startswith("fits, with paging"):
             note = "with paging, if it runs" + note[len("fits, with paging"):]  # a tight row is not "fits"
         if note:  # fits with paging, oom while loading, no bf16 kernels: what the verdict rests on
-            out.append(f"    {once(note, ln['technique'], noted)}")
+            note_line(note)
         out += [f"    {t}" for t in cli_format.vllm_lines(rec, gpu)]   # KV space, tokens, vLLM's error text
         if hint := cli_format.precision_hint(rec, ln.get("verdict")):
-            out.append(f"    {once(hint, ln['technique'], noted)}")
+            note_line(hint)
     out.append("")
     cal = next((est.get("calibration") for ln in lines
                 if (est := (((ln.get("record") or {}).get("details") or {}).get("speed_model") or {}).get(gpu))), None)
