@@ -133,3 +133,19 @@ def test_a_reference_search_edited_after_it_was_sealed_is_searched_again(tmp_pat
     with open(ref / "fits.csv", "a") as fh:
         fh.write("\n")                                 # one more line: no longer the file that was sealed
     assert stored.stored_fits(spec, tmp_path / "none", "rtx-4090") == (None, None)
+
+
+def test_a_manifest_rewritten_in_the_same_process_is_read_again(tmp_path):
+    # the parsed manifest is kept per version of the file (one parse for the many records of an answer),
+    # never past a rewrite: a file sealed again is accepted, one edited since is refused
+    (tmp_path / "fits.csv").write_text("cell,gpu\na,h100\n")
+    seal.write_manifest(tmp_path)
+    assert seal.problem(tmp_path / "fits.csv") is None
+    (tmp_path / "fits.csv").write_text("cell,gpu\na,h200\n")
+    assert "edited after it was sealed" in seal.problem(tmp_path / "fits.csv")
+    seal.write_manifest(tmp_path)
+    assert seal.problem(tmp_path / "fits.csv") is None
+    (tmp_path / "b.csv").write_text("x\n")
+    assert "not among the files" in seal.problem(tmp_path / "b.csv")
+    seal.write_manifest(tmp_path)
+    assert seal.problem(tmp_path / "b.csv") is None

@@ -24,6 +24,7 @@ used: the fit command names it so in where its answer came from (``label``).
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import sys
@@ -71,13 +72,20 @@ def manifest_of(path: Path) -> Path | None:
 
 
 def read_manifest(manifest: Path) -> dict[str, str]:
-    """{path relative to the manifest's folder: sha256}."""
-    out = {}
-    for line in manifest.read_text().splitlines():
+    """{path relative to the manifest's folder: sha256}, parsed once per version of the file (a lookup per
+    record would otherwise parse the whole manifest each time); a rewritten manifest is read again."""
+    st = Path(manifest).stat()
+    return dict(_parsed(str(Path(manifest).resolve()), st.st_mtime_ns, st.st_size))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(manifest: str, mtime_ns: int, size: int) -> tuple:
+    out = []
+    for line in Path(manifest).read_text().splitlines():
         if line.strip():
             sha, _, name = line.partition("  ")
-            out[name] = sha
-    return out
+            out.append((name, sha))
+    return tuple(out)
 
 
 def listed(folder: Path) -> list[Path]:
