@@ -27,7 +27,7 @@ _RECORDS: dict[str, dict] = {}   # cell -> record, so rows that share a cell run
 
 def pytest_generate_tests(metafunc):
     if "published_row" in metafunc.fixturenames:
-        metafunc.parametrize("published_row", [r["id"] for r in ROWS], ids=[r["id"] for r in ROWS])
+        metafunc.parametrize("published_row", [r.id for r in ROWS], ids=[r.id for r in ROWS])
 
 
 @pytest.fixture(scope="session")

@@ -52,8 +52,8 @@ def test_first_score_is_written_once_and_shown_beside_todays(tmp_path):
     assert first_score.record(path, scored, sb.OURS, date="2026-12-02") == ["tt-8b-qlora-4090-own"]
     text = path.read_text()
     assert text.startswith("# a comment that stays\n")
-    first = {r["id"]: r for r in published.load(path)}["tt-8b-qlora-4090-own"]["first_score"]
-    assert first == {"error_pct": 5.0, "predicted_gib": 8.4, "verdict": "fits",
+    first = {r.id: r for r in published.load(path)}["tt-8b-qlora-4090-own"].first_score
+    assert first.model_dump(exclude_unset=True) == {"error_pct": 5.0, "predicted_gib": 8.4, "verdict": "fits",
                      "engine_digest": "feedc0ffee123456", "date": "2026-12-02"}
     # the model changes: today's score moves, the first stays, and a second run writes nothing
     rows = published.load(path)

@@ -52,7 +52,7 @@ def test_the_measurement_is_given_back_as_held_out_corpus_rows(tmp_path):
     corpus = tmp_path / "corpus.yaml"
     import yaml
     corpus.write_text(yaml.safe_dump({"rows": rows}, sort_keys=False))
-    assert [r["id"] for r in published.load(corpus)] == [r["id"] for r in rows]
+    assert [r.id for r in published.load(corpus)] == [r["id"] for r in rows]
 
 
 def test_without_a_gpu_the_command_says_so_and_exits_1(tmp_path, capsys):

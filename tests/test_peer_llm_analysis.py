@@ -12,7 +12,7 @@ from bench.corpus import published_matrix as pm
 from bench.corpus import scoreboard as sb
 
 ROOT = Path(__file__).resolve().parents[1]
-BY_ID = {r["id"]: r for r in published.load()}
+BY_ID = {r.id: r for r in published.load()}
 ROW = "h200-llama-3.2-1b-bf16-alloc"   # a full bf16 fine-tune of Llama-3.2-1B (FFN 4 x hidden: it answers)
 
 
@@ -50,8 +50,8 @@ def test_not_installed_covers_no_row_and_says_how(monkeypatch):
 
 def test_a_model_its_config_refuses_is_not_covered_with_its_message():
     pytest.importorskip("llm_analysis", reason=f"llm-analysis is an optional peer: {la.INSTALL}")
-    row = next(r for r in BY_ID.values() if r.get("model_config") == "llama-3.1-8b" and r.get("techniques")
-               and "lora" not in r["techniques"] and r["techniques"].split("+")[0] in ("bf16", "gc", "amp-bf16"))
+    row = next(r for r in BY_ID.values() if r.model_config_name == "llama-3.1-8b" and r.techniques
+               and "lora" not in r.techniques and r.techniques.split("+")[0] in ("bf16", "gc", "amp-bf16"))
     with pytest.raises(la.Unanswerable, match="ffn_embed_dim .* must be divisible by hidden_dim"):
         la.estimate(row, None, 80 * 2**30)
 
@@ -63,7 +63,7 @@ def test_the_reference_scoreboard_figures_are_its_api_s():
     assert ROW in covered and len(covered) >= 5
     for rid, stored in covered.items():
         row = BY_ID[rid]
-        got = la.estimate(row, pm.plan([row])[0]["options"], sb._gpus()[row["gpu_profile"]]["memory_bytes"])
+        got = la.estimate(row, pm.plan([row])[0]["options"], sb._gpus()[row.gpu_profile]["memory_bytes"])
         assert got["bytes"] == stored["predicted_bytes"], rid
     # weights + gradients + its bf16 master copy + bf16 moments: 10 bytes a parameter before activations
     params = 1_235_814_400   # Llama-3.2-1B, tied embeddings

@@ -26,7 +26,7 @@ def rows():
 def source_of(row: dict) -> str:
     """The independent source a row comes from: the GitHub repository (owner/repo, for both
     ``owner/repo:path`` and github.com URLs), else the web domain."""
-    src = row["source"]
+    src = row.source
     if src.startswith(("http://", "https://")):
         url = urlparse(src)
         if url.netloc == "github.com":
@@ -36,7 +36,8 @@ def source_of(row: dict) -> str:
 
 
 def test_corpus_loads(rows):
-    assert rows and all(isinstance(r, dict) for r in rows)
+    from bench.corpus.row import Row
+    assert rows and all(isinstance(r, Row) for r in rows)
 
 
 def test_at_least_40_rows_from_8_sources(rows):
@@ -47,28 +48,28 @@ def test_at_least_40_rows_from_8_sources(rows):
 
 def test_every_row_has_a_source_and_when_it_was_read(rows):
     for r in rows:
-        assert r["source"], r["id"]
-        assert re.fullmatch(r"[0-9a-f]{40}|\d{4}-\d{2}-\d{2}", r["read_at"]), r["id"]
+        assert r.source, r.id
+        assert re.fullmatch(r"[0-9a-f]{40}|\d{4}-\d{2}-\d{2}", r.read_at), r.id
 
 
 def test_value_gib_converts_the_unit_as_written(rows):
     for r in rows:
-        assert r["value_gib"] == pytest.approx(published.gib(r["value"], r["unit"]), rel=0.005), r["id"]
-    by_id = {r["id"]: r for r in rows}
-    assert by_id["tt-8b-lora-4090"]["value_gib"] == pytest.approx(16.2)          # GiB as written
-    assert by_id["peft-t0-3b-full"]["value_gib"] == pytest.approx(47.14e9 / GIB, rel=1e-3)  # GB = 1e9 bytes
+        assert r.value_gib == pytest.approx(published.gib(r.value, r.unit), rel=0.005), r.id
+    by_id = {r.id: r for r in rows}
+    assert by_id["tt-8b-lora-4090"].value_gib == pytest.approx(16.2)          # GiB as written
+    assert by_id["peft-t0-3b-full"].value_gib == pytest.approx(47.14e9 / GIB, rel=1e-3)  # GB = 1e9 bytes
 
 
 def test_unmatched_rows_say_why(rows):
     """A row without techniques cannot be simulated as written: it must carry the reason."""
     for r in rows:
-        if r["techniques"] is None:
-            assert r["unmatched"], r["id"]
+        if r.techniques is None:
+            assert r.unmatched, r.id
 
 
 def test_rules_of_thumb_are_marked(rows):
     for r in rows:
-        assert (r["source_kind"] == "rule-of-thumb") == (r["value_kind"] == "estimate"), r["id"]
+        assert (r.source_kind == "rule-of-thumb") == (r.value_kind == "estimate"), r.id
 
 
 # --- corrupted copies -------------------------------------------------------------------
@@ -129,11 +130,11 @@ def test_duplicate_yaml_key_is_refused(tmp_path):
 # --- roles: development and held-out ---------------------------------------------------------
 
 def test_every_row_has_a_role_and_todays_rows_are_development(rows):
-    assert {r["role"] for r in rows} <= set(published.ROLES)
+    assert {r.role for r in rows} <= set(published.ROLES)
     # the model was developed against the whole corpus as it stood: no held-out row
     # may claim otherwise without a first score stored with it
     for r in rows:
-        assert r["role"] == "development" or "first_score" in r, r["id"]
+        assert r.role == "development" or r.first_score is not None, r.id
 
 
 def test_a_row_without_a_role_is_refused(tmp_path):
@@ -163,10 +164,20 @@ def own_run_row(**over) -> dict:
     return row
 
 
+def typed_row(**over):
+    """``own_run_row(**over)`` through the corpus's types (bench/corpus/row.py): a whole, valid ``Row`` for a
+    test that builds its own rows (a development row carries no first score)."""
+    from bench.corpus.row import Row
+    row = own_run_row(**over)
+    if row["role"] != "held-out":
+        row.pop("first_score")
+    return Row.model_validate(row)
+
+
 def test_a_held_out_own_run_row_with_its_first_score_loads(tmp_path):
     path = corrupted(tmp_path, lambda rows: rows.append(own_run_row()))
-    got = {r["id"]: r for r in published.load(path)}["own-h200-qwen7b-lora"]
-    assert got["first_score"]["engine_digest"] == "0123456789abcdef"
+    got = {r.id: r for r in published.load(path)}["own-h200-qwen7b-lora"]
+    assert got.first_score.engine_digest == "0123456789abcdef"
 
 
 def test_a_first_score_without_its_engine_digest_is_refused(tmp_path):
@@ -179,13 +190,13 @@ def test_a_first_score_without_its_engine_digest_is_refused(tmp_path):
 
 def test_studies_read_their_published_figures_from_the_corpus(rows):
     from bench.cells import matrix
-    by_id = {r["id"]: r for r in rows}
+    by_id = {r.id: r for r in rows}
     cells = [s for s in matrix.load().values() if s.get("published")]
     assert len(cells) == 13        # torchtune's 3B table (10) and its 8B rows on the RTX 4090 (3)
     for s in cells:
         pub, row = s["published"], by_id[s["published"]["row"]]
-        assert pub["peak_gib"] == row["value_gib"] and pub["measure"] == row["measure"], s["cell"]
-        assert pub.get("tokens_per_s") == row["tokens_per_s"] and sorted(row["techniques"].split("+")) == sorted(s["techniques"])
+        assert pub["peak_gib"] == row.value_gib and pub["measure"] == row.measure, s["cell"]
+        assert pub.get("tokens_per_s") == row.tokens_per_s and sorted(row.techniques.split("+")) == sorted(s["techniques"])
     text = (published.ROOT / "matrix" / "default.yaml").read_text()
     assert "peak_gib" not in text and "tokens_per_s:" not in text      # no figure restated
 

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from bench.corpus import coverage, published, published_matrix
-from tests.test_published_corpus import corrupted, refused
+from tests.test_published_corpus import corrupted, refused, typed_row
 
 
 @pytest.fixture(scope="module")
@@ -17,11 +17,11 @@ def rows():
 def test_every_row_not_simulated_carries_its_gap_and_no_simulated_row_does(rows):
     reasons = {e["row"]: e["reason"] for e in published_matrix.plan(rows)}
     for r in rows:
-        why = reasons[r["id"]]
+        why = reasons[r.id]
         if why is None:
-            assert r.get("gap") is None, f"{r['id']} is simulated but says gap {r.get('gap')}"
+            assert r.gap is None, f"{r.id} is simulated but says gap {r.gap}"
         else:
-            assert r.get("gap") in coverage.GAPS, f"{r['id']} is not simulated ({why}) and names no gap"
+            assert r.gap in coverage.GAPS, f"{r.id} is not simulated ({why}) and names no gap"
 
 
 def _names(config: str) -> set[str]:
@@ -36,12 +36,12 @@ def test_no_row_says_we_lack_a_config_we_have(rows):
     rows for weeks after matrix/models/llama-2-7b.json was added."""
     have = sorted(p.stem for p in published.MODELS_DIR.glob("*.json"))
     for r in rows:
-        said = " ".join([r.get("unmatched") or "", *(r.get("lacks_ours") or [])]).lower()
+        said = " ".join([r.unmatched or "", *(r.lacks_ours or [])]).lower()
         for config in have:
             for name in _names(config):
                 for claim in (f"no {name} config", f"{name} has no model config", f"{name} has no config",
                               f"model config: {name}"):
-                    assert claim not in said, f"{r['id']} says '{claim}', but matrix/models/{config}.json exists"
+                    assert claim not in said, f"{r.id} says '{claim}', but matrix/models/{config}.json exists"
 
 
 def test_a_gap_that_disagrees_with_its_lists_is_refused(tmp_path):
@@ -61,12 +61,12 @@ def test_lists_without_a_gap_are_refused(tmp_path):
 def test_coverage_counts_each_row_once_per_role():
     base = {"model_config": "llama-3.1-8b", "techniques": "lora", "gpu_profile": "rtx-4090", "batch_size": 1,
             "seq_len": 512, "n_gpus": 1, "unmatched": None}
-    rows = [dict(base, id="tt-8b-a", role="development"),
-            dict(base, id="x-b", role="held-out", seq_len=None, gap="source", lacks_source=["sequence length"]),
-            dict(base, id="x-c", role="held-out", model_config=None, gap="ours",
-                 lacks_ours=["model config: Pythia (GPT-NeoX)", "GPU profile: V100"]),
-            dict(base, id="x-d", role="held-out", model_config=None, seq_len=None, gap="both",
-                 lacks_source=["sequence length"], lacks_ours=["model config: GPT-J"])]
+    rows = [typed_row(**dict(base, id="tt-8b-a", role="development")),
+            typed_row(**dict(base, id="x-b", seq_len=None, gap="source", lacks_source=["sequence length"])),
+            typed_row(**dict(base, id="x-c", model_config=None, gap="ours",
+                             lacks_ours=["model config: Pythia (GPT-NeoX)", "GPU profile: V100"])),
+            typed_row(**dict(base, id="x-d", model_config=None, seq_len=None, gap="both",
+                             lacks_source=["sequence length"], lacks_ours=["model config: GPT-J"]))]
     cov = coverage.coverage(rows)
     got = {e["role"]: (e["rows"], e["simulated"], e["source"], e["ours"], e["both"]) for e in cov["roles"]}
     assert got == {"development": (1, 1, 0, 0, 0), "held-out": (3, 0, 1, 1, 1), "all": (4, 1, 1, 1, 1)}

@@ -14,7 +14,6 @@
 """
 from __future__ import annotations
 
-import copy
 import json
 import statistics
 from pathlib import Path
@@ -32,7 +31,7 @@ from bench.corpus import scoreboard as sb
 
 GIB = 2**30
 ROWS = published.load()
-BY_ID = {r["id"]: r for r in ROWS}
+BY_ID = {r.id: r for r in ROWS}
 QLORA_ROW = "tt-8b-qlora-4090"
 
 
@@ -103,11 +102,14 @@ def test_reserved_measure_without_a_modelled_reserved_peak_is_not_covered():
 
 # --- made-up rows: coverage and summary ---------------------------------------------------------
 
-def _row(rid: str, measure: str, value_gib: float, outcome="fits", kind="peak") -> dict:
-    row = copy.deepcopy(BY_ID[QLORA_ROW])
-    row.update(id=rid, measure=measure, value=value_gib, unit="GiB", value_gib=value_gib, outcome=outcome,
-               value_kind=kind)
-    return row
+def _with(row, **changes):
+    """``row`` with ``changes`` (field names as the corpus writes them), validated as a corpus row."""
+    return type(row).model_validate({**row.as_dict(), **changes})
+
+
+def _row(rid: str, measure: str, value_gib: float, outcome="fits", kind="peak"):
+    return _with(BY_ID[QLORA_ROW], id=rid, measure=measure, value=value_gib, unit="GiB", value_gib=value_gib,
+                 outcome=outcome, value_kind=kind)
 
 
 def _scored(rows, records):
@@ -192,8 +194,7 @@ def test_rows_on_several_gpus_are_summarised_apart():
 
 def test_a_peer_is_scored_on_its_own_benchmark_only():
     # DeepSpeed's ZeRO-2 estimator on a ZeRO-2 full fine-tune: covered; on the same row, ZeRO-3's is not
-    row = _row("z2-full", "allocated", 30.0)
-    row.update(techniques="zero2+bf16+w2", n_gpus=2)
+    row = _with(_row("z2-full", "allocated", 30.0), techniques="zero2+bf16+w2", n_gpus=2)
     cell = pm.plan([row])[0]["cell"]
     peers = [{"source": "deepspeed estimate_zero2_model_states_mem_needs_all_cold", "what": "ZeRO-2", "bytes": 36 * GIB},
              {"source": "deepspeed estimate_zero3_model_states_mem_needs_all_cold", "what": "ZeRO-3", "bytes": 20 * GIB},
@@ -207,7 +208,7 @@ def test_a_peer_is_scored_on_its_own_benchmark_only():
 def test_roles_are_scored_apart_and_oom_rows_count():
     cell = pm.plan([BY_ID[QLORA_ROW]])[0]["cell"]
     dev = _row("tt-8b-a", "active", 17.0)
-    held = dict(_row("tt-8b-h", "active", 34.0, outcome="oom"), role="held-out")
+    held = _with(_row("tt-8b-h", "active", 34.0, outcome="oom"), role="held-out")
     scored = _scored([dev, held], {cell: _record(cell)})
     table = {(t["role"], t["tool"], t["measure"]): t for t in sb.summary(scored)}
     d, h = table[("development", sb.OURS, "active")], table[("held-out", sb.OURS, "active")]
@@ -221,7 +222,7 @@ def test_roles_are_scored_apart_and_oom_rows_count():
 
 def test_fitcheck_settings_say_what_it_cannot_express():
     row = BY_ID[QLORA_ROW]
-    fields, unexpressed = peer_fitcheck.training_config(tech.knobs(row["techniques"].split("+")),
+    fields, unexpressed = peer_fitcheck.training_config(tech.knobs(row.techniques.split("+")),
                                                         pm.lora_options(QLORA_ROW), 2, 2048)
     assert (fields["quantization"], fields["lora_rank"], fields["grad_checkpoint"]) == ("nf4", 8, True)
     assert fields["lora_targets"] == pm.lora_options(QLORA_ROW)["target_modules"]
@@ -253,13 +254,13 @@ def test_fitcheck_on_its_own_holdout_row_gives_its_own_recorded_prediction():
     pytest.importorskip("fitcheck", reason="fitcheck-llm is an optional peer: pip install fitcheck-llm")
     rid = "fc-final-qwen2.5-7b-qlora-b1-s1024-sdpa"
     row = BY_ID[rid]
-    fields, _ = peer_fitcheck.training_config(tech.knobs(row["techniques"].split("+")), pm.lora_options(rid),
-                                              row["batch_size"], row["seq_len"])
+    fields, _ = peer_fitcheck.training_config(tech.knobs(row.techniques.split("+")), pm.lora_options(rid),
+                                              row.batch_size, row.seq_len)
     assert (fields["double_quant"], fields["lora_rank"], fields["grad_checkpoint"]) == (False, 16, True)
     answer = peer_fitcheck.estimate(row, pm.lora_options(rid), 15 * 2**30)
     assert "tensors tier" in answer["what"]  # an allocated row is compared with fitcheck's tensors, not its total
     assert answer["bytes"] / 2**20 == pytest.approx(10581, abs=1)
-    total = peer_fitcheck.estimate({**row, "measure": "reserved"}, pm.lora_options(rid), 15 * 2**30)
+    total = peer_fitcheck.estimate(_with(row, measure="reserved"), pm.lora_options(rid), 15 * 2**30)
     assert total["bytes"] > answer["bytes"] and "total_mib" in total["what"]
 
 
@@ -270,7 +271,7 @@ def test_a_peer_on_its_own_benchmark_is_read_beside_ours_over_the_same_rows():
     ids = ["fc-final-qwen2.5-7b-qlora-b1-s1024-sdpa", "fc-final-llama-3.2-1b-qlora-b1-s1024-sdpa",
            "fc-final-llama-3.2-3b-qlora-b1-s1024-sdpa"]
     rows = [BY_ID[i] for i in ids] + [BY_ID[QLORA_ROW]]   # torchtune's row is not fitcheck's benchmark
-    records = {e["cell"]: _record(e["cell"], peak=int(r["value_gib"] * GIB * 1.05), paged=0, gpu=r["gpu_profile"])
+    records = {e["cell"]: _record(e["cell"], peak=int(r.value_gib * GIB * 1.05), paged=0, gpu=r.gpu_profile)
                for e, r in zip(pm.plan(rows), rows)}
     scored = _scored(rows, records)
     scored[2]["tools"][peer_fitcheck.NAME] = sb._not("made up: fitcheck did not answer this one")
@@ -294,9 +295,7 @@ def test_param_count_from_config_matches_the_sim_records():
 
 
 def _rule_row(model, techniques, **kw):
-    row = copy.deepcopy(BY_ID[QLORA_ROW])
-    row.update(model_config=model, techniques=techniques, **kw)
-    return row
+    return _with(BY_ID[QLORA_ROW], model_config=model, techniques=techniques, **kw)
 
 
 @pytest.mark.parametrize("model, techniques, lf_gb, unsloth_gb", [
@@ -336,7 +335,7 @@ def test_a_rule_without_an_entry_is_not_covered_never_zero(tool, row, why):
     s = _scored([r], {})[0]["tools"][tool]
     assert not s["covered"] and s["predicted_bytes"] is None and s["signed_error"] is None and why in s["why_not"]
     table = {(t["tool"], t["measure"]): t for t in sb.summary(_scored([r], {}))}
-    assert table[(tool, r["measure"])]["covered"] == 0 and table[(tool, r["measure"])]["median_abs_error"] is None
+    assert table[(tool, r.measure)]["covered"] == 0 and table[(tool, r.measure)]["median_abs_error"] is None
 
 
 def test_rules_on_the_scoreboard_need_no_record():
@@ -372,11 +371,11 @@ def test_generated_cells_carry_each_rows_settings():
         assert spec["study"].startswith("published-") and spec["mode"] == "sim"
         # a row's batch is its micro-batch: a cell that accumulates (ga<N>) steps on N of them
         assert (spec["batch_size"], spec["seq_len"], spec["world_size"]) == \
-            (row["batch_size"] * spec["knobs"]["accum"], row["seq_len"], row["n_gpus"])
-        assert list(spec["verdict_gpus"]) == [row["gpu_profile"]] and spec["model"] == row["model_config"]
-        assert set(row["techniques"].split("+")) <= set(spec["techniques"])
+            (row.batch_size * spec["knobs"]["accum"], row.seq_len, row.n_gpus)
+        assert list(spec["verdict_gpus"]) == [row.gpu_profile] and spec["model"] == row.model_config_name
+        assert set(row.techniques.split("+")) <= set(spec["techniques"])
         if spec["knobs"]["adapter"]:
-            assert spec["options"]["lora"]["r"] == pm.lora_options(row["id"])["r"]
+            assert spec["options"]["lora"]["r"] == pm.lora_options(row.id)["r"]
     # peft's rank-32 and rank-64 rows are two cells, not one
     r32, r64 = (next(e["cell"] for e in plan if e["row"] == r) for r in ("peft-mmqa-lora-r32", "peft-mmqa-lora-r64"))
     assert r32 != r64 and cells[r64]["options"]["lora"]["r"] == 64
@@ -440,9 +439,10 @@ def test_report_build_published_table_feeds_the_scoreboard_section_only():
 def test_our_own_runs_get_no_made_up_address():
     """A row of our own GPU runs names a folder of this repository, not a GitHub repository: no link."""
     from bench.corpus import scoreboard
-    row = {"source": "ft-membench cuda run: results/reference/cuda-h100", "source_kind": "own-run", "read_at": "2026-11-26"}
+    row = _with(BY_ID[QLORA_ROW], source="ft-membench cuda run: results/reference/cuda-h100", source_kind="own-run",
+                read_at="2026-11-26")
     assert scoreboard.source_url(row) is None
-    torchtune = {"source": "pytorch/torchtune:README.md", "source_kind": "results-file", "read_at": "a" * 40}
+    torchtune = _with(BY_ID[QLORA_ROW], source="pytorch/torchtune:README.md", source_kind="results-file", read_at="a" * 40)
     assert scoreboard.source_url(torchtune) == f"https://github.com/pytorch/torchtune/blob/{'a' * 40}/README.md"
 
 

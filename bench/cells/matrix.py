@@ -159,20 +159,20 @@ def _published(path, where: str, table: dict) -> dict:
     if not table:
         return {}
     from bench.corpus import published as corpus
-    rows = {r["id"]: r for r in corpus.load()}
+    rows = {r.id: r for r in corpus.load()}
     out = {}
     for combo, rid in table.items():
         key = f"{where}.published.{combo}"
         row = rows.get(rid)
         if row is None:
             raise MatrixError(path, key, f"no row {rid!r} in {corpus.DEFAULT.relative_to(corpus.ROOT)}")
-        if sorted((row["techniques"] or "").split("+")) != sorted(combo.split("+")):
-            raise MatrixError(path, key, f"corpus row {rid} maps to techniques {row['techniques']}, not {combo}")
-        read = row["read_at"][:8] if len(row["read_at"]) == 40 else row["read_at"]
-        out[combo] = {"row": rid, "peak_gib": row["value_gib"], "measure": row["measure"],
-                      "source": f"{row['source']} at {read}",
-                      **({"tokens_per_s": row["tokens_per_s"]} if row["tokens_per_s"] else {}),
-                      **({"unmatched": row["unmatched"]} if row["unmatched"] else {})}
+        if sorted((row.techniques or "").split("+")) != sorted(combo.split("+")):
+            raise MatrixError(path, key, f"corpus row {rid} maps to techniques {row.techniques}, not {combo}")
+        read = row.read_at[:8] if len(row.read_at) == 40 else row.read_at
+        out[combo] = {"row": rid, "peak_gib": row.value_gib, "measure": row.measure,
+                      "source": f"{row.source} at {read}",
+                      **({"tokens_per_s": row.tokens_per_s} if row.tokens_per_s else {}),
+                      **({"unmatched": row.unmatched} if row.unmatched else {})}
     return out
 
 

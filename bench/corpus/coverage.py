@@ -20,31 +20,32 @@ from __future__ import annotations
 from collections import Counter
 
 from bench.corpus import board, published, published_matrix
+from bench.corpus.row import Row
 
 GAPS = tuple(published.GAPS)  # source, ours, both: the loader's one list
 GAP_WORDS = {"source": "the source does not state what ran", "ours": "ft-membench lacks what it ran",
              "both": "the source does not state all it ran, and ft-membench lacks some of it"}
 
 
-def coverage(rows: list[dict]) -> dict:
+def coverage(rows: list[Row]) -> dict:
     """{"roles": [{role, rows, simulated, source, ours, both, unclassified}, ...] plus an "all" entry,
     "lacks": [(kind, rows), ...] most frequent first}. ``unclassified``: not simulated and no gap
     (the corpus test allows none)."""
     simulated = {e["row"] for e in published_matrix.plan(rows) if e["reason"] is None}
     out = []
     for role in (*board.ROLES, "all"):
-        mine = [r for r in rows if role == "all" or r["role"] == role]
+        mine = [r for r in rows if role == "all" or r.role == role]
         entry = {"role": role, "rows": len(mine), "simulated": 0, "unclassified": 0, **{g: 0 for g in GAPS}}
         for row in mine:
-            if row["id"] in simulated:
+            if row.id in simulated:
                 entry["simulated"] += 1
             else:
-                entry[row.get("gap") or "unclassified"] += 1
+                entry[row.gap or "unclassified"] += 1
         out.append(entry)
     kinds = Counter()
     for row in rows:
-        if row["id"] not in simulated:
-            kinds.update({item.split(":")[0].strip() for item in row.get("lacks_ours") or []})
+        if row.id not in simulated:
+            kinds.update({item.split(":")[0].strip() for item in row.lacks_ours or []})
     return {"roles": out, "lacks": kinds.most_common()}
 
 

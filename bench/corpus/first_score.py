@@ -46,9 +46,9 @@ def record(path, scored: list[dict], ours: str, *, digest: str | None = None, da
         from bench.cells import inputs
         digest = inputs.engine_digest()
     date = date or datetime.date.today().isoformat()
-    rows = {r["id"]: r for r in published.load(path)}
-    todo = [s for s in scored if rows.get(s["row"], {}).get("role") == "held-out"
-            and "first_score" not in rows[s["row"]]]
+    rows = {r.id: r for r in published.load(path)}
+    todo = [s for s in scored if (row := rows.get(s["row"])) is not None and row.role == "held-out"
+            and row.first_score is None]
     if not todo:
         return []
     lines = path.read_text().split("\n")

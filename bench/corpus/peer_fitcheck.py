@@ -21,6 +21,7 @@ import json
 
 from bench.corpus import published
 from bench.cells import techniques as tech
+from bench.corpus.row import Row
 
 NAME = "fitcheck-llm"
 TENSOR_MEASURES = ("allocated", "active")  # rows measured on live tensors: compared with fitcheck's tensors tier
@@ -91,19 +92,19 @@ def training_config(knobs: dict, options: dict, batch: int, seq: int) -> tuple[d
     return fields, unexpressed
 
 
-def estimate(row: dict, options: dict | None, gpu_memory_bytes: int) -> dict:
+def estimate(row: Row, options: dict | None, gpu_memory_bytes: int) -> dict:
     """fitcheck's answer for a corpus row with our techniques (Unanswerable where it has none)."""
     import fitcheck
-    knobs = tech.knobs(row["techniques"].split("+"))
-    fields, unexpressed = training_config(knobs, options or {}, row["batch_size"], row["seq_len"])
-    gpu = fitcheck.get_gpu(row["gpu"] or row["gpu_profile"], vram_mib=int(gpu_memory_bytes // 2**20))
+    knobs = tech.knobs(row.techniques.split("+"))
+    fields, unexpressed = training_config(knobs, options or {}, row.batch_size, row.seq_len)
+    gpu = fitcheck.get_gpu(row.gpu or row.gpu_profile, vram_mib=int(gpu_memory_bytes // 2**20))
     try:
-        report = fitcheck.estimate(_model_config(row["model_config"]), fitcheck.TrainingConfig(**fields), gpu)
+        report = fitcheck.estimate(_model_config(row.model_config_name), fitcheck.TrainingConfig(**fields), gpu)
     except ValueError as exc:
         raise Unanswerable(f"fitcheck refused the settings: {' '.join(str(exc).split())}") from None
     # fitcheck's two tiers: its tensors (what max_memory_allocated reads) and its total (those plus its overhead:
     # the CUDA context and the allocator's cache); each row is compared with the tier of its own measure
-    tensors = row.get("measure") in TENSOR_MEASURES
+    tensors = row.measure in TENSOR_MEASURES
     mib = report.total_mib - report.overhead_mib if tensors else report.total_mib
     what = "tensors tier (total_mib - overhead_mib)" if tensors else "total_mib"
     return {"bytes": int(mib * 2**20), "fits": bool(report.fits),

@@ -32,6 +32,7 @@ import json
 
 from bench.cells import techniques as tech
 from bench.corpus import published
+from bench.corpus.row import Row
 
 NAME = "llm-analysis"
 INSTALL = "pip install --no-deps llm-analysis==0.2.2 fire==0.5.0 six termcolor"
@@ -103,7 +104,7 @@ def training_args(knobs: dict, batch: int, seq: int) -> tuple[dict, list[str]]:
             "other_op_bytes": state}, unexpressed
 
 
-def estimate(row: dict, options: dict | None, gpu_memory_bytes: int) -> dict:
+def estimate(row: Row, options: dict | None, gpu_memory_bytes: int) -> dict:
     """llm-analysis's answer for a corpus row with our techniques (Unanswerable where it has none)."""
     import logging
 
@@ -111,15 +112,15 @@ def estimate(row: dict, options: dict | None, gpu_memory_bytes: int) -> dict:
     from llm_analysis.config import GPUConfig, ParallelismConfig, get_dtype_config_by_name
     from llm_analysis.logger import logger
     logger.setLevel(logging.ERROR)   # its advice on efficiency and ZeRO, on every call
-    knobs = tech.knobs(row["techniques"].split("+"))
-    args, unexpressed = training_args(knobs, row["batch_size"], row["seq_len"])
-    model = _model_config(row["model_config"])
+    knobs = tech.knobs(row.techniques.split("+"))
+    args, unexpressed = training_args(knobs, row.batch_size, row.seq_len)
+    model = _model_config(row.model_config_name)
     gated = model.model_type in GATED
-    gpu = GPUConfig(name=row["gpu_profile"], mem_per_GPU_in_GB=gpu_memory_bytes / 2**30, hbm_bandwidth_in_GB_per_sec=1,
+    gpu = GPUConfig(name=row.gpu_profile, mem_per_GPU_in_GB=gpu_memory_bytes / 2**30, hbm_bandwidth_in_GB_per_sec=1,
                     intra_node_bandwidth_in_GB_per_sec=1, intra_node_min_message_latency=0, peak_fp16_TFLOPS=1,
                     peak_i8_TFLOPS=1, peak_i4_TFLOPS=1)
     analysis = LLMAnalysis(model, gpu, get_dtype_config_by_name("w16a16e16"),
-                           ParallelismConfig(dp_size=max(1, int(row["n_gpus"] or 1))), flops_efficiency=1.0,
+                           ParallelismConfig(dp_size=max(1, int(row.n_gpus or 1))), flops_efficiency=1.0,
                            hbm_memory_efficiency=1.0)
     try:
         got = analysis.training(**dict(args, activation_recomputation=ActivationRecomputation[args["activation_recomputation"]],

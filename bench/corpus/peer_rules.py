@@ -39,6 +39,7 @@ import json
 
 from bench.corpus import published
 from bench.cells import techniques as tech
+from bench.corpus.row import Row
 
 LLAMA_FACTORY = "LLaMA-Factory hardware table"
 UNSLOTH = "Unsloth requirements table"
@@ -144,20 +145,20 @@ def _near(billions: float, sizes) -> int | None:
     return best if abs(billions - best) / best <= NEAR else None
 
 
-def _knobs(row: dict) -> dict:
-    if not row.get("model_config"):
+def _knobs(row: Row) -> dict:
+    if not row.model_config_name:
         raise Unanswerable("the row names no model config: no parameter count to look up")
-    if not row.get("techniques"):
+    if not row.techniques:
         raise Unanswerable("the row's recipe is not matched to our techniques: no method to look up")
-    k = tech.knobs(row["techniques"].split("+"))
+    k = tech.knobs(row.techniques.split("+"))
     if k["workload"] != "train":
         raise Unanswerable("the table is for fine-tuning")
-    if k["dist"] or k["world_size"] != 1 or (row.get("n_gpus") or 1) != 1:
+    if k["dist"] or k["world_size"] != 1 or (row.n_gpus or 1) != 1:
         raise Unanswerable("the table gives one figure per job, not how it splits across several GPUs")
     return k
 
 
-def llama_factory(row: dict) -> dict:
+def llama_factory(row: Row) -> dict:
     k = _knobs(row)
     if k["adapter"] == "qlora":
         method = ("QLoRA / QOFT", 4)
@@ -171,7 +172,7 @@ def llama_factory(row: dict) -> dict:
         method = ("Full (pure_bf16)", 16)
     else:
         raise Unanswerable(f"the table has no full fine-tuning row in {k['precision']}")
-    params = model_params(row["model_config"])
+    params = model_params(row.model_config_name)
     b = params / 1e9
     columns, per_b = LF_TABLE[method]
     col = _near(b, columns)
@@ -182,7 +183,7 @@ def llama_factory(row: dict) -> dict:
     return {"bytes": int(round(gb * GB)), "what": f"{method[0]}, {method[1]} bits, {where}: {gb:.4g} GB"}
 
 
-def unsloth(row: dict) -> dict:
+def unsloth(row: Row) -> dict:
     k = _knobs(row)
     if k["adapter"] == "qlora":
         col, label = 0, "QLoRA (4-bit)"
@@ -192,7 +193,7 @@ def unsloth(row: dict) -> dict:
         col, label = 1, "LoRA (16-bit)"
     else:
         raise Unanswerable("the table has no full fine-tuning column (QLoRA and LoRA only)")
-    b = model_params(row["model_config"]) / 1e9
+    b = model_params(row.model_config_name) / 1e9
     size = _near(b, UNSLOTH_TABLE)
     if size is None:
         raise Unanswerable(f"the table has no model size near {b:.2f}B (it lists {', '.join(f'{s}B' for s in UNSLOTH_TABLE)})")
@@ -203,6 +204,6 @@ def unsloth(row: dict) -> dict:
 ESTIMATORS = {LLAMA_FACTORY: llama_factory, UNSLOTH: unsloth}
 
 
-def estimate(tool: str, row: dict) -> dict:
+def estimate(tool: str, row: Row) -> dict:
     """The rule's figure for the row: {"bytes", "what"}; Unanswerable where the table has none."""
     return ESTIMATORS[tool](row)

@@ -13,6 +13,7 @@ fitcheck-llm and the rules of thumb are not here: each says itself what it canno
 from __future__ import annotations
 
 from bench.cells import techniques as tech
+from bench.corpus.row import Row
 
 ADAM32 = ("adamw", "adamw-fused")
 _MIXED = ("amp-bf16", "amp-fp16", "bf16")
@@ -60,12 +61,12 @@ SCOPE = {
 }
 
 
-def why_not(tool: str, row: dict) -> str | None:
+def why_not(tool: str, row: Row) -> str | None:
     """Why ``tool`` is not built to answer ``row`` (a "not covered" reason), or None."""
     if tool not in SCOPE:
         return None
     what, check = SCOPE[tool]
-    if not row.get("techniques"):
+    if not row.techniques:
         return f"not its benchmark ({what}): the recipe does not map to our techniques"
-    why = check(tech.knobs(row["techniques"].split("+")))
+    why = check(tech.knobs(row.techniques.split("+")))
     return None if why is None else f"not its benchmark ({what}): {why}"

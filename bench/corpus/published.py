@@ -1,6 +1,7 @@
 """Load the corpus of published GPU memory measurements (matrix/published/corpus.yaml).
 
-Torch-free. The corpus is validated against corpus.schema.json, then across fields:
+Torch-free. The corpus is validated through its types (bench/corpus/row.py, from which corpus.schema.json is
+generated), then across fields:
 
 - ``model_config`` names a file in matrix/models (``<name>.json``);
 - ``gpu_profile`` is a CUDA profile of matrix/gpus.yaml;
@@ -24,22 +25,22 @@ Every problem is a ``PublishedError`` (a ``MatrixError``: ``file: key: reason``)
 the row by id and the field, e.g. ``rows[tt-8b-lora-4090].gpu_profile``. A key written twice in
 one YAML mapping is refused too: the second would silently replace a published figure.
 
-    >>> rows = load()          # [row dict, ...] in file order
+    >>> rows = load()          # [row.Row, ...] in file order: rows[0].gpu_profile, rows[0].model_config_name
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
 from bench import home
 from bench.cells import techniques as tech
-from bench.cells.matrixfile import SAFE_LOADER, MatrixError, Validator, one_line
+from bench.cells.matrixfile import SAFE_LOADER, MatrixError, one_line
+from bench.corpus.row import Corpus, Row
 
 ROOT = home.root()  # the checkout, or $FT_MEMBENCH_HOME for an installed wheel
 DEFAULT = ROOT / "matrix" / "published" / "corpus.yaml"
-SCHEMA_PATH = DEFAULT.with_name("corpus.schema.json")
 MODELS_DIR = ROOT / "matrix" / "models"
 GPUS_FILE = ROOT / "matrix" / "gpus.yaml"
 
@@ -78,22 +79,21 @@ def gib(value: float, unit: str) -> float:
     return value * UNIT_BYTES[unit] / GIB
 
 
-def load(path=DEFAULT, *, models_dir=MODELS_DIR, gpus_file=GPUS_FILE) -> list[dict]:
+def load(path=DEFAULT, *, models_dir=MODELS_DIR, gpus_file=GPUS_FILE) -> list[Row]:
     """The corpus rows at ``path``, validated; PublishedError on the first problem."""
     path = Path(path)
     doc = _read(path)
-    _check_schema(path, doc)
+    rows = _typed(path, doc).rows
     models = {p.stem for p in Path(models_dir).glob("*.json")}
     gpus = _gpu_profiles(gpus_file)
     seen: dict[str, int] = {}
-    for i, row in enumerate(doc["rows"]):
-        rid = row["id"]
-        where = f"rows[{rid}]"
-        if rid in seen:
-            raise PublishedError(path, f"{where}.id", f"duplicate id (rows {seen[rid]} and {i})")
-        seen[rid] = i
+    for i, row in enumerate(rows):
+        where = f"rows[{row.id}]"
+        if row.id in seen:
+            raise PublishedError(path, f"{where}.id", f"duplicate id (rows {seen[row.id]} and {i})")
+        seen[row.id] = i
         _check_row(path, where, row, models, gpus)
-    return doc["rows"]
+    return rows
 
 
 def _read(path: Path):
@@ -107,29 +107,24 @@ def _read(path: Path):
         raise PublishedError(path, "", f"not valid YAML (safe subset, no duplicate keys): {one_line(exc)}") from None
 
 
-def _schema() -> dict:
-    return json.loads(SCHEMA_PATH.read_text())
-
-
-def _check_schema(path: Path, doc) -> None:
-    errors = sorted(Validator(_schema()).iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
-    if not errors:
-        return
-    err = errors[0]
-    parts = list(err.absolute_path)
-    # rows[<i>] -> rows[<id>] where the row has a readable id, so the message names the row
+def _typed(path: Path, doc) -> Corpus:
+    """``doc`` through the corpus's types (bench/corpus/row.py); the first problem as ``rows[<id>].<field>: reason``."""
+    try:
+        return Corpus.model_validate(doc)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+    parts = list(err["loc"])
     if len(parts) >= 2 and parts[0] == "rows" and isinstance(parts[1], int):
         row = doc["rows"][parts[1]]
         rid = row.get("id") if isinstance(row, dict) else None
         label = f"rows[{rid}]" if isinstance(rid, str) and rid else f"rows[{parts[1]}]"
-        key = ".".join([label, *map(str, parts[2:])])
-        if err.validator == "required" and not parts[2:]:
-            missing = next((k for k in err.validator_value if k not in row), None)
-            if missing:
-                key = f"{label}.{missing}"
-    else:
-        key = ".".join(map(str, parts))
-    raise PublishedError(path, key, one_line(err.message))
+        parts = [label, *parts[2:]]
+    key = ".".join(map(str, parts))
+    if err["type"] == "missing":
+        raise PublishedError(path, key, "a required key is missing")
+    got = err.get("input")
+    said = f" (it is {got!r})" if not isinstance(got, (dict, list)) else ""
+    raise PublishedError(path, key, one_line(err["msg"]) + said)
 
 
 def _gpu_profiles(gpus_file) -> set[str]:
@@ -141,38 +136,38 @@ def _gpu_profiles(gpus_file) -> set[str]:
     return {name for name, prof in doc.items() if isinstance(prof, dict) and prof.get("kind") == "cuda"}
 
 
-def _check_row(path: Path, where: str, row: dict, models: set, gpus: set) -> None:
-    if "first_score" in row and row["role"] != "held-out":
+def _check_row(path: Path, where: str, row: Row, models: set, gpus: set) -> None:
+    if row.first_score is not None and row.role != "held-out":
         raise PublishedError(path, f"{where}.first_score",
-                             f"only a held-out row carries a first score (this row's role is {row['role']})")
-    name = row["model_config"]
+                             f"only a held-out row carries a first score (this row's role is {row.role})")
+    name = row.model_config_name
     if name is not None and name not in models:
         raise PublishedError(path, f"{where}.model_config",
                              f"no matrix/models/{name}.json (known: {', '.join(sorted(models))})")
-    profile = row["gpu_profile"]
+    profile = row.gpu_profile
     if profile is not None and profile not in gpus:
         raise PublishedError(path, f"{where}.gpu_profile",
                              f"unknown gpu profile {profile!r} (known CUDA profiles: {', '.join(sorted(gpus))})")
-    if row["techniques"] is not None:
+    if row.techniques is not None:
         try:
-            tech.knobs(row["techniques"].split("+"))
+            tech.knobs(row.techniques.split("+"))
         except (KeyError, ValueError) as exc:
             raise PublishedError(path, f"{where}.techniques", one_line(exc.args[0] if exc.args else exc)) from None
     _check_gap(path, where, row)
-    want = gib(row["value"], row["unit"])
-    if abs(row["value_gib"] - want) > TOLERANCE * want:
+    want = gib(row.value, row.unit)
+    if abs(row.value_gib - want) > TOLERANCE * want:
         raise PublishedError(path, f"{where}.value_gib",
-                             f"{row['value_gib']} disagrees with {row['value']} {row['unit']} = {want:.4f} GiB (more than 0.5%)")
+                             f"{row.value_gib} disagrees with {row.value} {row.unit} = {want:.4f} GiB (more than 0.5%)")
 
 
 GAPS = {"source": (True, False), "ours": (False, True), "both": (True, True)}  # gap: (lacks_source, lacks_ours)
 
 
-def _check_gap(path: Path, where: str, row: dict) -> None:
+def _check_gap(path: Path, where: str, row: Row) -> None:
     """``gap`` agrees with its two lists: source names only what the source leaves out, ours only
     what we lack, both names each; the lists never stand without a gap."""
-    gap = row.get("gap")
-    lists = {key: row.get(key) or [] for key in ("lacks_source", "lacks_ours")}
+    gap = row.gap
+    lists = {"lacks_source": row.lacks_source, "lacks_ours": row.lacks_ours}
     if gap is None:
         for key, items in lists.items():
             if items:

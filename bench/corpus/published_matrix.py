@@ -36,6 +36,7 @@ import yaml
 from bench.corpus import published
 from bench.cells import catalogue
 from bench.cells import techniques as tech
+from bench.corpus.row import Row
 
 ROOT = published.ROOT
 DEFAULT_OUT = ROOT / "matrix" / "published.yaml"
@@ -119,21 +120,21 @@ def lora_options(row_id: str) -> dict:
     return dict(LORA_OPTIONS[best]) if best else {}
 
 
-def not_simulated(row: dict) -> str | None:
+def not_simulated(row: Row) -> str | None:
     """Why ``row`` cannot be simulated as written, or None when it can."""
-    missing = [label for key, label in (("model_config", "no model config in matrix/models"),
+    missing = [label for key, label in (("model_config_name", "no model config in matrix/models"),
                                         ("techniques", "the recipe does not map to our techniques"),
                                         ("gpu_profile", "no GPU profile for the GPU"),
                                         ("batch_size", "batch size not stated"),
-                                        ("seq_len", "sequence length not stated")) if row.get(key) is None]
+                                        ("seq_len", "sequence length not stated")) if getattr(row, key) is None]
     if missing:
         why = "; ".join(missing)
-        return f"{why} (the row: {row['unmatched']})" if row.get("unmatched") else why
-    names = row["techniques"].split("+")
+        return f"{why} (the row: {row.unmatched})" if row.unmatched else why
+    names = row.techniques.split("+")
     knobs = tech.knobs(names)
-    if knobs["world_size"] != row["n_gpus"]:
-        return f"the techniques run {knobs['world_size']} process(es), the source {row['n_gpus']} GPU(s)"
-    if knobs["adapter"] and not lora_options(row["id"]):
+    if knobs["world_size"] != row.n_gpus:
+        return f"the techniques run {knobs['world_size']} process(es), the source {row.n_gpus} GPU(s)"
+    if knobs["adapter"] and not lora_options(row.id):
         return "its LoRA rank and target modules are not known (no entry in bench/corpus/published_matrix.LORA_OPTIONS)"
     return None
 
@@ -142,39 +143,39 @@ def _slug(text) -> str:
     return "".join(c if c.isalnum() or c in ".-" else "-" for c in str(text).lower())
 
 
-def plan(rows: list[dict]) -> list[dict]:
+def plan(rows: list[Row]) -> list[dict]:
     """One entry per corpus row, in corpus order: {"row", "study", "cell", "techniques", "options",
     "reason"}; study, cell and techniques are None (and reason says why) for a row not simulated."""
     out, cells = [], {}  # cells: {cell id: settings key}
     for row in rows:
-        entry = {"row": row["id"], "study": None, "cell": None, "techniques": None, "options": None,
+        entry = {"row": row.id, "study": None, "cell": None, "techniques": None, "options": None,
                  "reason": not_simulated(row)}
         out.append(entry)
         if entry["reason"]:
             continue
-        opts = lora_options(row["id"]) if tech.knobs(row["techniques"].split("+"))["adapter"] else {}
-        settings = (row["model_config"], row["gpu_profile"], row["batch_size"], row["seq_len"],
+        opts = lora_options(row.id) if tech.knobs(row.techniques.split("+"))["adapter"] else {}
+        settings = (row.model_config_name, row.gpu_profile, row.batch_size, row.seq_len,
                     tuple(sorted((k, str(v)) for k, v in opts.items())))
         # the cell id names model and techniques; a row whose settings differ from an earlier row's under the
         # same id spells its shape too, its batch and length, then its batch alone (the same shape either way)
-        for combo in (row["techniques"], f"{row['techniques']}+b{row['batch_size']}+s{row['seq_len']}",
-                      f"{row['techniques']}+b{row['batch_size']}"):
-            cid = f"{row['model_config']}__sim__{combo}"
+        for combo in (row.techniques, f"{row.techniques}+b{row.batch_size}+s{row.seq_len}",
+                      f"{row.techniques}+b{row.batch_size}"):
+            cid = f"{row.model_config_name}__sim__{combo}"
             if cells.setdefault(cid, settings) == settings:
                 break
         else:
             entry["reason"] = f"its cell {cid} is already another row's with other settings"
             continue
-        study = f"published-{_slug(row['model_config'])}-{_slug(row['gpu_profile'])}-b{row['batch_size']}-s{row['seq_len']}"
+        study = f"published-{_slug(row.model_config_name)}-{_slug(row.gpu_profile)}-b{row.batch_size}-s{row.seq_len}"
         if opts:
             study += f"-r{opts.get('r', 8)}"
         entry.update(study=study, cell=cid, techniques=combo, options=opts or None)
     return out
 
 
-def generate(rows: list[dict]) -> dict:
+def generate(rows: list[Row]) -> dict:
     """The matrix document (a dict bench.cells.matrix validates) for ``rows``."""
-    by_id = {r["id"]: r for r in rows}
+    by_id = {r.id: r for r in rows}
     studies: dict[str, dict] = {}
     for e in plan(rows):
         if e["reason"]:
@@ -183,10 +184,10 @@ def generate(rows: list[dict]) -> dict:
         body = studies.setdefault(e["study"], {
             "description": "",
             "mode": "sim",
-            "models": [row["model_config"]],
-            "gpus": [row["gpu_profile"]],
-            "batch_size": row["batch_size"],
-            "seq_len": row["seq_len"],
+            "models": [row.model_config_name],
+            "gpus": [row.gpu_profile],
+            "batch_size": row.batch_size,
+            "seq_len": row.seq_len,
             "steps": STEPS,
             "warmup_steps": WARMUP_STEPS,
             "timeout_s": TIMEOUT_S,
@@ -204,7 +205,7 @@ def generate(rows: list[dict]) -> dict:
     return {"studies": studies}
 
 
-def render(rows: list[dict]) -> str:
+def render(rows: list[Row]) -> str:
     """The text of matrix/published.yaml: a header naming the rows not simulated, then the matrix."""
     head = ["# GENERATED by `python -m bench.corpus.published_matrix --out matrix/published.yaml`: do not edit.",
             "# The sim cells of the published corpus (matrix/published/corpus.yaml), one per matched row.",
@@ -212,7 +213,7 @@ def render(rows: list[dict]) -> str:
             "#",
             "# Corpus rows not simulated, and why ([source]: the source does not state what ran; [ours]:",
             "# ft-membench lacks a model, GPU or technique; [both]; bench/corpus/coverage.py counts them):"]
-    gaps = {r["id"]: r.get("gap") for r in rows}
+    gaps = {r.id: r.gap for r in rows}
     for e in plan(rows):
         if e["reason"]:
             head.append(f"#   {e['row']} [{gaps[e['row']]}]: {' '.join(e['reason'].split())}")

@@ -62,6 +62,7 @@ from bench.corpus import board, coverage, peer_fitcheck, peer_llm_analysis, peer
 from bench.estimate import verdicts
 from bench.corpus import published_matrix as pm
 from bench.corpus.measure_rule import COMPARED_AS, simulated_figure, step_figure  # noqa: F401  (the board's names)
+from bench.corpus.row import Row
 
 OURS = "ft-membench"
 # peers' ``source`` in details.peers -> the tool's name on the board
@@ -84,16 +85,16 @@ def our_verdict(rec: dict, gpu: str) -> str | None:
     return {"fits": "fits", "tight": "fits", "oom": "oom"}.get(v)
 
 
-def source_url(row: dict) -> str | None:
+def source_url(row: Row) -> str | None:
     """A link to the row's source: its URL, or the GitHub file at the commit it was read at; None for
     our own runs (source ``ft-membench cuda run: <folder of this repository>``: no public address)."""
-    src = row["source"]
-    if row.get("source_kind") == "own-run":
+    src = row.source
+    if row.source_kind == "own-run":
         return None
     if src.startswith(("http://", "https://")):
         return src
     repo, _, path = src.partition(":")
-    ref = row["read_at"] if re.fullmatch(r"[0-9a-f]{40}", str(row["read_at"])) else "HEAD"
+    ref = row.read_at if re.fullmatch(r"[0-9a-f]{40}", str(row.read_at)) else "HEAD"
     if not path or "{" in path:
         return f"https://github.com/{repo}/tree/{ref}"
     return f"https://github.com/{repo}/blob/{ref}/{path}"
@@ -118,45 +119,45 @@ def _not(why: str) -> dict:
             "agrees": None, "why_not": why}
 
 
-def _answer(row: dict, nbytes: int | None, how: str, verdict: str | None, why_no_verdict: str | None) -> dict:
+def _answer(row: Row, nbytes: int | None, how: str, verdict: str | None, why_no_verdict: str | None) -> dict:
     out = {"covered": False, "predicted_bytes": nbytes, "compared_as": how, "signed_error": None,
            "verdict": verdict, "agrees": None, "why_not": None}
-    if row["value_kind"] != "peak":
-        out["why_not"] = ("the source gives the card it fit in (or ran out of), not a peak" if row["value_kind"] == "capacity"
+    if row.value_kind != "peak":
+        out["why_not"] = ("the source gives the card it fit in (or ran out of), not a peak" if row.value_kind == "capacity"
                           else "the source's figure is a rule of thumb, not a measurement")
     elif nbytes is None:
         out["why_not"] = how
     else:
         out["covered"] = True
-        out["signed_error"] = nbytes / (row["value_gib"] * GIB) - 1
-    if row["outcome"] in ("fits", "oom"):
+        out["signed_error"] = nbytes / (row.value_gib * GIB) - 1
+    if row.outcome in ("fits", "oom"):
         if verdict is None:
             out["why_not_verdict"] = why_no_verdict
         else:
-            out["agrees"] = verdict == row["outcome"]
+            out["agrees"] = verdict == row.outcome
     return out
 
 
-def score(rows: list[dict], records: dict[str, dict], gpus: dict | None = None) -> list[dict]:
+def score(rows: list[Row], records: dict[str, dict], gpus: dict | None = None) -> list[dict]:
     """One entry per corpus row: the row's facts, and each tool's answer or why it has none."""
     gpus = gpus if gpus is not None else _gpus()
     plan = {e["row"]: e for e in pm.plan(rows)}
     out = []
     for row in rows:
-        e = plan[row["id"]]
-        entry = {"row": row["id"], "role": row["role"], "source": row["source"], "url": source_url(row), "model": row["model"],
-                 "recipe": row["recipe"], "gpu": row["gpu"], "gpu_profile": row["gpu_profile"],
-                 "n_gpus": row["n_gpus"], "measure": row["measure"], "value_kind": row["value_kind"],
-                 "published_gib": row["value_gib"], "outcome": row["outcome"], "unmatched": row["unmatched"],
+        e = plan[row.id]
+        entry = {"row": row.id, "role": row.role, "source": row.source, "url": source_url(row), "model": row.model,
+                 "recipe": row.recipe, "gpu": row.gpu, "gpu_profile": row.gpu_profile,
+                 "n_gpus": row.n_gpus, "measure": row.measure, "value_kind": row.value_kind,
+                 "published_gib": row.value_gib, "outcome": row.outcome, "unmatched": row.unmatched,
                  "cell": e["cell"], "simulated": e["reason"] is None, "reason": e["reason"], "tools": {}}
-        if "first_score" in row:
-            entry["first_score"] = row["first_score"]
+        if row.first_score is not None:
+            entry["first_score"] = row.first_score.model_dump(exclude_unset=True)
         rec = records.get(e["cell"]) if e["cell"] else None
         if rec is not None:
             entry["engine_digest"] = (rec.get("versions") or {}).get("ft_membench_engine")
-        entry["gap"] = row.get("gap")
+        entry["gap"] = row.gap
         if e["reason"]:
-            missing = f"not simulated ({coverage.GAP_WORDS.get(row.get('gap'), 'no gap said')}): {e['reason']}"
+            missing = f"not simulated ({coverage.GAP_WORDS.get(row.gap, 'no gap said')}): {e['reason']}"
         elif rec is None:
             missing = f"no record of cell {e['cell']} (not run yet)"
         elif rec.get("status") not in ("ok", "oom"):
@@ -172,8 +173,8 @@ def score(rows: list[dict], records: dict[str, dict], gpus: dict | None = None) 
                 entry["tools"][name] = _not(missing)
             out.append(entry)
             continue
-        gpu = row["gpu_profile"]
-        nbytes, how = simulated_figure(rec, row["measure"], gpu)
+        gpu = row.gpu_profile
+        nbytes, how = simulated_figure(rec, row.measure, gpu)
         entry["tools"][OURS] = _answer(row, nbytes, how, our_verdict(rec, gpu),
                                        f"the record has no verdict for {gpu}")
         cap = verdicts.capacity(gpus[gpu]) if gpu in gpus else None
@@ -195,37 +196,37 @@ def score(rows: list[dict], records: dict[str, dict], gpus: dict | None = None) 
     return out
 
 
-def _peer(peer, row: dict, e: dict, gpus: dict) -> dict:
+def _peer(peer, row: Row, e: dict, gpus: dict) -> dict:
     """An installed peer's answer for the row, run here on the row's settings through its own API (it needs no
     record): fitcheck-llm (its verdict its own ``fits``, on its usable share of the card) or llm-analysis (its
     figure against the profile's capacity, as for any peer)."""
     why = peer.unavailable() or (f"not simulated: {e['reason']}" if e["reason"] else None)
-    if why is None and row["gpu_profile"] not in gpus:
-        why = f"no GPU profile {row['gpu_profile']}"
+    if why is None and row.gpu_profile not in gpus:
+        why = f"no GPU profile {row.gpu_profile}"
     if why:
         return _not(why)
     try:
-        got = peer.estimate(row, e["options"], gpus[row["gpu_profile"]]["memory_bytes"])
+        got = peer.estimate(row, e["options"], gpus[row.gpu_profile]["memory_bytes"])
     except peer.Unanswerable as exc:
         return _not(str(exc))
     how = f"{peer.NAME}'s {'total' if peer is peer_fitcheck else 'figure'}, as it is" + (
         f" (it cannot express: {', '.join(got['unexpressed'])})" if got["unexpressed"] else "")
-    fits = got["fits"] if peer is peer_fitcheck else got["bytes"] <= verdicts.capacity(gpus[row["gpu_profile"]])
+    fits = got["fits"] if peer is peer_fitcheck else got["bytes"] <= verdicts.capacity(gpus[row.gpu_profile])
     return _answer(row, got["bytes"], how, "fits" if fits else "oom", None)
 
 
-def _rule(name: str, row: dict, gpus: dict) -> dict:
+def _rule(name: str, row: Row, gpus: dict) -> dict:
     """A published rule of thumb's figure for the row (no record needed: the table reads the model's
     size and the method); its verdict is that figure against the row's GPU capacity, as for any peer."""
     try:
         got = peer_rules.estimate(name, row)
     except peer_rules.Unanswerable as exc:
         return _not(str(exc))
-    gpu = row["gpu_profile"]
+    gpu = row.gpu_profile
     cap = verdicts.capacity(gpus[gpu]) if gpu in gpus else None
     verdict = None if cap is None else ("fits" if got["bytes"] <= cap else "oom")
     return _answer(row, got["bytes"], f"the table's figure ({got['what']}), as it is", verdict,
-                   f"no GPU profile for {row['gpu'] or 'the row'}")
+                   f"no GPU profile for {row.gpu or 'the row'}")
 
 
 def summary(scored: list[dict]) -> list[dict]:
