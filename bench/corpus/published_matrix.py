@@ -28,13 +28,14 @@ its batch alone (``+b4``: peft's rank-10 MLP row beside those two).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 import yaml
 
 from bench.corpus import published
-from bench.cells import catalogue
+from bench.cells import catalogue, workloads
 from bench.cells import techniques as tech
 from bench.corpus.row import Row
 
@@ -136,6 +137,9 @@ def not_simulated(row: Row) -> str | None:
         return f"the techniques run {knobs['world_size']} process(es), the source {row.n_gpus} GPU(s)"
     if knobs["adapter"] and not lora_options(row.id):
         return "its LoRA rank and target modules are not known (no entry in bench/corpus/published_matrix.LORA_OPTIONS)"
+    config = json.loads((published.MODELS_DIR / f"{row.model_config_name}.json").read_text())
+    if why := workloads.config_problem(config, row.seq_len):   # what the matrix loader refuses, in its words
+        return f"the matrix refuses the cell: {why}"
     return None
 
 
