@@ -58,3 +58,39 @@ def test_the_cli_exits_2_before_simulating_anything(tmp_path):
     assert done.returncode == 2, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
     assert "a DPO stage" in done.stderr and "no answer is given" in done.stderr
     assert not (tmp_path / "res").exists() or not any((tmp_path / "res").rglob("*.json"))
+    # beside the refusal, what others measured of that stage: the corpus's DPO rows (Row.beyond), as published
+    assert "published DPO runs, measured by others on GPUs and not simulated here" in done.stderr
+    assert "trl-3168-qwen2.5-0.5b-dpo-bf16-a100-80g-fits" in done.stderr
+
+
+@pytest.mark.parametrize("doc, kind, words", [
+    ({"model_name_or_path": "Qwen/Qwen2.5-7B", "per_device_train_batch_size": 8, "num_generations": 8}, "grpo", "GRPO"),
+    ({"model_name_or_path": "Qwen/Qwen2.5-7B", "per_device_train_batch_size": 1,
+      "parallelism_config": {"cp_size": 4, "dp_shard_size": 2}}, "context", "context-parallel"),
+])
+def test_a_refused_config_carries_its_kind_and_the_published_runs_of_it_come_with_the_models_first(tmp_path, doc, kind,
+                                                                                                 words):
+    from bench.corpus import published
+    from bench.fit import beyond
+    (tmp_path / "c.json").write_text(json.dumps(doc))
+    with pytest.raises(trainconfig.ConfigError) as exc:
+        trainconfig.read(tmp_path / "c.json")
+    assert exc.value.beyond == kind
+    lines = beyond.lines(exc.value.beyond, "Qwen/Qwen2.5-7B")
+    rows = {r.id: r for r in published.load()}
+    shown = [ln.split(":", 1)[0].strip() for ln in lines[1:]]
+    assert lines[0].startswith(f"published {words} runs, measured by others") and shown
+    assert all(kind in rows[i].beyond for i in shown)                   # only runs of that kind
+    firsts = [rows[i].model_config_name == "qwen2.5-7b" for i in shown]
+    assert firsts == sorted(firsts, reverse=True)                        # the asked model's rows first
+    assert len(shown) <= beyond.LIMIT
+
+
+def test_a_bad_value_is_no_stage_and_shows_no_published_runs(tmp_path):
+    from bench.fit import beyond
+    (tmp_path / "c.json").write_text(json.dumps({"model_name_or_path": "Qwen/Qwen2.5-7B",
+                                                 "per_device_train_batch_size": "four"}))
+    with pytest.raises(trainconfig.ConfigError) as exc:
+        trainconfig.read(tmp_path / "c.json")
+    assert exc.value.beyond is None and beyond.lines(None, "qwen2.5-7b") == []
+    assert beyond.lines("warp-drive", "qwen2.5-7b") == []

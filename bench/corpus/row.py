@@ -36,6 +36,9 @@ ValueKind = Literal["peak", "capacity", "estimate"]
 Unit = Literal["GiB", "GB", "MiB", "MB", "bytes"]
 Outcome = Literal["fits", "oom", "not-stated"]
 Gap = Literal["source", "ours", "both"]
+# what a run does that ft-membench does not simulate yet, in the words of the config readers that refuse it: a
+# preference or RL stage (bench/cells/trainconfig/stage.py) or a parallelism (bench/cells/trainconfig/parallel.py)
+Beyond = Literal["dpo", "kto", "orpo", "grpo", "ppo", "rm", "tensor", "context", "sequence", "pipeline"]
 
 SOURCE = r"^(https?://\S+|[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*:\S+|ft-membench cuda run(: \S+)?)$"
 
@@ -96,6 +99,10 @@ class Row(_Frozen):
     lacks_ours: list[Text] = Field(default_factory=list, description="what ft-membench lacks although the source states it "
                                                          "('model config: ...', 'GPU profile: ...', 'technique: ...')")
     notes: Optional[Text]
+    beyond: list[Beyond] = Field(default_factory=list, description=(
+        "what the run does that ft-membench does not simulate yet: a preference or RL stage (dpo, kto, orpo, grpo, ppo, "
+        "rm) or a parallelism (tensor, context, sequence, pipeline); `ft-membench fit` shows such rows beside its "
+        "refusal of a config of that kind"))
     first_score: Optional[FirstScore] = None
 
     # ``model_config`` is pydantic's own name on a model class: the row's field of that name is

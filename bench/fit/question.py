@@ -66,8 +66,9 @@ def question(model: str | None, config: str | None, fmt: str | None, techniques:
         try:
             recipe = trainconfig.read(config, fmt, launch_config)
             recipe.on_gpus(gpus)
-        except trainconfig.ConfigError as exc:
-            raise Usage(str(exc)) from None
+        except trainconfig.ConfigError as exc:   # a stage or parallelism not simulated: what others measured of it
+            from bench.fit import beyond
+            raise Usage("\n".join([str(exc), *beyond.lines(exc.beyond, model)])) from None
         except trainconfig.Invalid as exc:
             raise Usage(f"--config {config}: {exc}") from None
         if techniques is None:  # the config's one recipe, a '+'-joined combination

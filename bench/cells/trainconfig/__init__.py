@@ -26,7 +26,12 @@ PROCESS_KEYS = ("num_processes", "nproc_per_node", "world_size")
 
 
 class ConfigError(ValueError):
-    """A config that cannot be used: the message names the file and why."""
+    """A config that cannot be used: the message names the file and why; ``beyond``: the stage or parallelism it
+    asks for that ft-membench does not simulate (``Invalid.beyond``), else None."""
+
+    def __init__(self, message: str, beyond: str | None = None):
+        super().__init__(message)
+        self.beyond = beyond
 
 
 def detect(doc: dict) -> str | None:
@@ -66,12 +71,12 @@ def read(path, fmt: str | None = None, launch_path=None) -> Recipe:
             parallel.check(launch_doc)
             doc, origin, skipped = launch.merged(doc, launch_doc, str(launch_path), fmt)
         except Invalid as exc:
-            raise ConfigError(f"--launch-config {launch_path}: {exc}") from None
+            raise ConfigError(f"--launch-config {launch_path}: {exc}", exc.beyond) from None
     try:   # a preference or RL stage: an SFT answer would be too low (trainconfig/stage.py); tensor, context,
         stage.check(doc, fmt)   # sequence or pipeline parallelism, or HSDP: another run's answer (trainconfig/parallel.py)
         parallel.check(doc)
     except Invalid as exc:
-        raise ConfigError(f"--config {path}: {exc}") from None
+        raise ConfigError(f"--config {path}: {exc}", exc.beyond) from None
     if fmt is None:
         raise ConfigError(f"--config {path}: not a TRL/transformers, axolotl, LLaMA-Factory or torchtune config "
                           f"(none of their keys); name the format with --format")

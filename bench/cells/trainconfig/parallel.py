@@ -65,7 +65,7 @@ def _refuse(key: str, value, kind: str) -> None:
     raise Invalid(key, value, f"{WHAT[kind]}, which ft-membench does not simulate: it simulates data parallelism "
                               f"(ZeRO, FSDP). Answered as the data-parallel run this config's other keys describe, "
                               f"the figure would be another run's, and no answer is given. To ask about the run "
-                              f"without it, set {key.rsplit('.', 1)[-1]} to 1 or remove it")
+                              f"without it, set {key.rsplit('.', 1)[-1]} to 1 or remove it", beyond=kind)
 
 
 def _settings(doc: dict, path: str = ""):

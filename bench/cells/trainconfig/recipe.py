@@ -18,10 +18,13 @@ class Invalid(ValueError):
     DeepSpeed file that cannot be read, ZeRO stage 7 or '3'): answering with a default would
     answer another recipe, so the config is refused (exit 2) naming the key."""
 
-    def __init__(self, key: str, value, reason: str):
+    def __init__(self, key: str, value, reason: str, beyond: str | None = None):
         shown = repr(value) if isinstance(value, (str, int, float, bool)) else f"({type(value).__name__})"
         super().__init__(f"{key}: {shown[:80]}: {reason}")
         self.key, self.shown, self.reason = key, shown[:80], reason
+        # what the config asks for that ft-membench does not simulate (a stage: dpo, grpo, ...; a parallelism:
+        # tensor, context, ...), in the published corpus's words (bench/corpus/row.py Beyond); None for a bad value
+        self.beyond = beyond
 
 
 # transformers' OptimizerNames / axolotl / LLaMA-Factory spellings -> the catalogue's optimizers

@@ -57,7 +57,7 @@ def _refuse(key: str, value, stage: str, keys: tuple = ()) -> None:
                               f"or pre-training step is. Besides that step, {stage.upper()} runs "
                               f"{WHAT.get(kind, 'more than one model or more than one forward per batch')}, so the "
                               f"SFT answer for this config's other settings would be too low, and no answer is "
-                              f"given. To ask about the supervised step alone, {drop}")
+                              f"given. To ask about the supervised step alone, {drop}", beyond=kind)
 
 
 def _components(doc, path=""):
