@@ -187,6 +187,5 @@ def by_kind(rows: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}
     for k, row in scored(rows):
         groups.setdefault(k, []).append(row)
-    out = []
     return [{"kind": f"{sharding}, {adapter}", "widens": len(chosen) < MIN_ROWS, **_figures(chosen)}
             for (sharding, adapter), chosen in sorted(groups.items())]
