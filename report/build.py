@@ -38,7 +38,7 @@ import jinja2
 import pandas as pd
 
 from bench.records import atomic, record, seal
-from report import GIB, claims, consistency, effects, lookup, recommend, scope, scoreboard, sections, stages
+from report import GIB, beyond, claims, consistency, effects, lookup, recommend, scope, scoreboard, sections, stages
 from report import dataset_epoch as dataset_epoch_section
 from report.fits_table import FitsError, read_fits
 from report.fmt import fmt_gib, jcol, missing
@@ -54,7 +54,7 @@ MODE_TITLES = {
 MODE_SECTIONS = (sections.notes_section, effects.section, sections.summary_section, recommend.section, sections.breakdown_section,
                  sections.pareto_section, sections.fits_section, sections.seqlen_section, sections.steps_section,
                  sections.peers_section, timeline_section, sections.published_section)
-PAGE_SECTIONS = (scoreboard.section, stages.section, claims.section, sections.unreadable_section)
+PAGE_SECTIONS = (scoreboard.section, beyond.section, stages.section, claims.section, sections.unreadable_section)
 
 
 def footer(df: pd.DataFrame, commit: str, built_at: str) -> dict:
