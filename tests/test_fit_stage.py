@@ -94,3 +94,21 @@ def test_a_bad_value_is_no_stage_and_shows_no_published_runs(tmp_path):
         trainconfig.read(tmp_path / "c.json")
     assert exc.value.beyond is None and beyond.lines(None, "qwen2.5-7b") == []
     assert beyond.lines("warp-drive", "qwen2.5-7b") == []
+
+
+@pytest.mark.parametrize("combo, says, kind", [
+    ("lora+dpo", "a DPO stage", "DPO"), ("qlora+gc+grpo", "a GRPO stage", "GRPO"),
+    ("lora+gc+bf16+fsdp+cp4", "context-parallel training", "context-parallel"),
+    ("bf16+tp8", "tensor-parallel training", "tensor-parallel"),
+])
+def test_a_technique_name_for_what_is_not_simulated_is_refused_with_what_others_measured(combo, says, kind):
+    from bench.fit import beyond
+    why = beyond.refusal([combo], "llama-3.1-8b")
+    assert why.startswith(f"techniques: {combo}: ") and says in why and "does not simulate yet" in why
+    assert f"published {kind} runs, measured by others" in why
+
+
+@pytest.mark.parametrize("combo", ["lora+gc", "lora+gc+tp1", "fsdp+w8", "qlora+s512"])
+def test_a_supported_combination_or_a_degree_of_one_is_not_refused_here(combo):
+    from bench.fit import beyond
+    assert beyond.refusal([combo], "llama-3.1-8b") is None

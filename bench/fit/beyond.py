@@ -9,6 +9,8 @@ the asked model's first, each as its source reported it: a GPU measurement by ot
 """
 from __future__ import annotations
 
+import re
+
 from bench.corpus import published
 from bench.corpus.row import Row
 
@@ -16,6 +18,34 @@ WORDS = {"dpo": "DPO", "kto": "KTO", "orpo": "ORPO", "grpo": "GRPO", "ppo": "PPO
          "tensor": "tensor-parallel", "context": "context-parallel", "sequence": "sequence-parallel (Ulysses)",
          "pipeline": "pipeline-parallel"}
 LIMIT = 8
+# a technique name a user may write for what is not simulated yet -> its kind (stage.py's KIN spellings included)
+WORD_KINDS = {"dpo": "dpo", "ipo": "dpo", "rso": "dpo", "kto": "kto", "orpo": "orpo", "simpo": "orpo", "cpo": "orpo",
+              "grpo": "grpo", "rloo": "grpo", "online-dpo": "grpo", "ppo": "ppo", "rm": "rm", "reward": "rm"}
+DEGREE_WORDS = {"tp": "tensor", "cp": "context", "sp": "sequence", "pp": "pipeline"}
+
+
+def kind_of(name: str) -> str | None:
+    """The stage or parallelism a technique name asks for that is not simulated yet (``dpo``, ``grpo``, ``tp2``,
+    ``cp4``...), else None."""
+    m = re.fullmatch(r"(tp|cp|sp|pp)(\d+)", name)
+    if m and int(m.group(2)) > 1:
+        return DEGREE_WORDS[m.group(1)]
+    return WORD_KINDS.get(name)
+
+
+def refusal(names: list[str], model: str | None) -> str | None:
+    """Why a technique combination asks for what ft-membench does not simulate, with what others measured of
+    it, or None."""
+    for combo in names:
+        for name in combo.split("+"):
+            kind = kind_of(name)
+            if kind:
+                what = (f"a {WORDS[kind]} stage" if kind in ("dpo", "kto", "orpo", "grpo", "ppo", "rm")
+                        else f"{WORDS[kind]} training (a degree above 1)")
+                return "\n".join([f"techniques: {combo}: {name!r} asks for {what}, which ft-membench does not simulate "
+                                   "yet: it simulates supervised steps under data parallelism (ZeRO, FSDP), and no "
+                                   "answer is given", *lines(kind, model)])
+    return None
 
 
 def _local(model: str | None) -> str | None:

@@ -71,6 +71,9 @@ def specs(model: str, gpu: str, techniques: list[str], seq: int | None, batch: i
     ``ranks="rank0"``: an FSDP recipe (FSDP2 or FSDP1) of several GPUs runs as its rank 0 alone on this one
     (bench/worker/onerank.py). ``mode="cpu"`` with ``gpu="cpu"``: the same question as real runs on this machine's
     CPU, the matrix's cpu cells (``ft-membench measure --device cpu``)."""
+    from bench.fit import beyond
+    if why := beyond.refusal(techniques, model):   # dpo, grpo, tp2, cp4...: not simulated, what others measured
+        raise Usage(why)
     techniques = canonical_techniques(techniques)[0]
     base = matrix.DEFAULT_MATRIX.parent
     gpus = yaml.load((base / "gpus.yaml").read_text(), Loader=matrixfile.SAFE_LOADER)
