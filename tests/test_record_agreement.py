@@ -58,14 +58,17 @@ def test_one_edited_field_is_named_by_the_gate(cell, edit, named):
 
 
 def copied(tmp_path: Path, cell: str, edit) -> Path:
-    """A results folder holding one reference record, edited, stamped with this engine's digest."""
+    """A results folder holding one reference record, edited, stamped with this engine's digest and sealed as the
+    harness seals what it writes (bench/records/seal.py): a record at odds with itself as a faulty run would write
+    it, which the agreement gate, not the seal, must catch."""
     (tmp_path / "cells").mkdir(parents=True)
     path = tmp_path / "cells" / f"{cell}.json"
     doc = json.loads((REF / f"{cell}.json").read_text())
     rec = doc["benchmarks"][0]["extra_info"]
     rec["versions"]["ft_membench_engine"] = inputs.engine_digest()
     edit(rec)
-    path.write_text(json.dumps(doc))
+    from bench.records import seal
+    path.write_text(json.dumps(seal.sealed(doc)))
     return path
 
 
