@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from bench.cells.trainconfig import stage
 from bench.corpus import published
 from bench.corpus.row import Row
 
@@ -18,9 +19,8 @@ WORDS = {"dpo": "DPO", "kto": "KTO", "orpo": "ORPO", "grpo": "GRPO", "ppo": "PPO
          "tensor": "tensor-parallel", "context": "context-parallel", "sequence": "sequence-parallel (Ulysses)",
          "pipeline": "pipeline-parallel"}
 LIMIT = 8
-# a technique name a user may write for what is not simulated yet -> its kind (stage.py's KIN spellings included)
-WORD_KINDS = {"dpo": "dpo", "ipo": "dpo", "rso": "dpo", "kto": "kto", "orpo": "orpo", "simpo": "orpo", "cpo": "orpo",
-              "grpo": "grpo", "rloo": "grpo", "online-dpo": "grpo", "ppo": "ppo", "rm": "rm", "reward": "rm"}
+# a technique name a user may write for a stage -> its kind: the config reader's own names (stage.WHAT, stage.KIN)
+WORD_KINDS = {**{k: k for k in stage.WHAT}, **{k.replace("_", "-"): v for k, v in stage.KIN.items()}}
 DEGREE_WORDS = {"tp": "tensor", "cp": "context", "sp": "sequence", "pp": "pipeline"}
 
 
@@ -40,7 +40,7 @@ def refusal(names: list[str], model: str | None) -> str | None:
         for name in combo.split("+"):
             kind = kind_of(name)
             if kind:
-                what = (f"a {WORDS[kind]} stage" if kind in ("dpo", "kto", "orpo", "grpo", "ppo", "rm")
+                what = (f"a {WORDS[kind]} stage" if kind in stage.WHAT
                         else f"{WORDS[kind]} training (a degree above 1)")
                 return "\n".join([f"techniques: {combo}: {name!r} asks for {what}, which ft-membench does not simulate "
                                    "yet: it simulates supervised steps under data parallelism (ZeRO, FSDP), and no "
